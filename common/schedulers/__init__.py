@@ -1,0 +1,47 @@
+"""Baseline schedulers behind the one scorer interface, and the registry of names.
+
+``make_scheduler(name, ctx)`` builds a scheduler from a baseline name (learned policies
+register themselves here too, and a checkpoint path resolves to its policy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .balanced_allocation import BalancedAllocation
+from .base import Placement, Scheduler, SchedulerContext, default_gpu_choice, place
+from .best_fit import BestFit
+from .dot_product import DotProduct
+from .fgd import FGD
+from .gpu_clustering import GpuClustering
+from .gpu_packing import GpuPacking
+from .kube_default import KubeDefault
+from .least_allocated import LeastAllocated
+from .most_allocated import MostAllocated
+from .random_score import RandomScore
+from .target_load_packing import TargetLoadPacking
+
+BASELINES: dict[str, type[Scheduler]] = {
+    cls.name: cls
+    for cls in (KubeDefault, LeastAllocated, MostAllocated, BalancedAllocation, BestFit,
+                DotProduct, GpuPacking, GpuClustering, FGD, TargetLoadPacking, RandomScore)
+}
+
+# Resolvers for names that are not baselines (e.g. checkpoint paths of learned policies).
+RESOLVERS: list[Callable[[str, SchedulerContext], Scheduler | None]] = []
+
+
+def make_scheduler(name: str, ctx: SchedulerContext | None = None) -> Scheduler:
+    """A scheduler from a baseline name or anything a registered resolver accepts."""
+    ctx = ctx or SchedulerContext()
+    if name in BASELINES:
+        return BASELINES[name](ctx)
+    for resolve in RESOLVERS:
+        sched = resolve(name, ctx)
+        if sched is not None:
+            return sched
+    raise ValueError(f"unknown policy {name!r}; baselines: {', '.join(sorted(BASELINES))}")
+
+
+__all__ = ["BASELINES", "RESOLVERS", "Placement", "Scheduler", "SchedulerContext",
+           "default_gpu_choice", "make_scheduler", "place"]

@@ -1,0 +1,29 @@
+"""GpuClustering as in the FGD paper's simulator: keep sharing and whole-GPU pods apart.
+
+Upstream: hkust-adsl/kubernetes-scheduler-simulator pkg/simulator/plugin/gpu_clustering_score.go.
+A pod's tag is "share-gpu" (one GPU, gpu_milli < 1000) or "k-gpu" (whole GPUs); CPU-only
+pods score 0 everywhere. With ``base = 25 * (8000 - gpuLeft) // 8000``: +75 when the node
+runs only pods of this tag, +50 when it runs this tag among others, +25 when it runs no
+GPU pods, +0 when it runs only the other tag. A sharing pod takes the tightest-fitting GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cluster import ClusterState, Pod
+from .base import Scheduler
+
+
+class GpuClustering(Scheduler):
+    name = "gpu-clustering"
+
+    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
+        if pod.num_gpu == 0:
+            return np.zeros(len(nodes))
+        gpu_left = state.gpu_free[nodes].sum(axis=1)
+        base = 25 * (8000 - gpu_left) // 8000
+        share, whole = state.n_share_pods[nodes], state.n_whole_pods[nodes]
+        same, other = (share, whole) if pod.is_gpu_share else (whole, share)
+        bonus = np.where(same > 0, np.where(other > 0, 50, 75), np.where(other > 0, 0, 25))
+        return (base + bonus).astype(np.float64)

@@ -1,0 +1,27 @@
+"""Random: every feasible node equally likely.
+
+Upstream (FGD simulator): pkg/simulator/plugin/random_score.go gives one uniformly drawn
+feasible node score 100 and the others 0, i.e. a uniform choice; a sharing pod then lands
+on a uniformly random fitting GPU (gpuSelMethod "random"), whole-GPU pods on the
+lowest-indexed free GPUs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cluster import ClusterState, Pod
+from .base import Scheduler
+
+
+class RandomScore(Scheduler):
+    name = "random"
+
+    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
+        return self.ctx.rng.random(len(nodes))
+
+    def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
+        if pod.is_gpu_share:
+            fitting = np.flatnonzero(state.gpu_free[node] >= pod.gpu_milli)
+            return (int(fitting[self.ctx.rng.integers(len(fitting))]),)
+        return super().select_gpus(state, pod, node)
