@@ -187,8 +187,8 @@ class ClusterState:
     def copy(self) -> ClusterState:
         c = ClusterState.__new__(ClusterState)
         c.nodes = self.nodes
-        for k in ("cpu_req", "mem_req", "cpu_req_nz", "mem_req_nz", "io_req", "net_req", "gpu_exists", "gpu_free",
-                  "alive", "n_share_pods", "n_whole_pods", "cpu_used", "mem_used"):
+        for k in ("cpu_req", "mem_req", "cpu_req_nz", "mem_req_nz", "io_req", "net_req", "gpu_exists",
+                  "gpu_free", "alive", "n_share_pods", "n_whole_pods", "cpu_used", "mem_used"):
             setattr(c, k, getattr(self, k).copy())
         return c
 
