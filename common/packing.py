@@ -128,8 +128,9 @@ def run_packing(nodes: NodeTable, pool: PodTable, scheduler: Scheduler, *, targe
     m["gpu_alloc_at_target"] = float(at[1]) if gpu else float("nan")
     m["gpu_frag_rate_at_90"] = float(binned_curve(arrived, frag_rate, np.array([90.0]))[0])
     u = utilisation(state)
-    m.update(failed_pods=float((placements < 0).sum()), pending_pods=0.0, pending_mean_s=0.0,
-             pending_p99_s=0.0, util_mean=float(u.mean()), util_variance=float(u.var()),
-             overload_events=0.0, oom_events=0.0)
+    nan = float("nan")  # packing has no queue and no usage model: not applicable
+    m.update(failed_pods=float((placements < 0).sum()), pending_pods=nan, pending_mean_s=nan,
+             pending_p99_s=nan, util_mean=float(u.mean()), util_variance=float(u.var()),
+             overload_events=nan, oom_events=nan)
     res.metrics = m
     return res

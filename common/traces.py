@@ -18,6 +18,7 @@ a loader either returns a complete table or raises, never a partial one.
 from __future__ import annotations
 
 import csv
+import hashlib
 import math
 from importlib import resources
 from pathlib import Path
@@ -251,3 +252,28 @@ def _check_fits_some_node(path: str | Path, pods: PodTable, nodes: NodeTable) ->
                          f"(cpu {cpu}m, mem {mem} MiB, {ng} GPU); no node can ever run it "
                          "(pass allow_oversized / --allow-oversized to keep such pods as "
                          "unschedulable)", line=k + 2, column=",".join(bad))
+
+
+def hash_fraction(name: str) -> float:
+    """A stable pseudo-random number in [0, 1) from a pod name (same on every machine)."""
+    digest = hashlib.sha256(name.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def split_by_hash(pods: PodTable, test_fraction: float = 0.3) -> tuple[PodTable, PodTable]:
+    """(train, test) by a stable hash of the pod name: a pod is in test iff its hash < fraction."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test fraction must be in (0, 1), got {test_fraction}")
+    h = np.array([hash_fraction(n) for n in pods.names])
+    test = h < test_fraction
+    if test.all() or not test.any():
+        raise ValueError(f"the hash split of {len(pods)} pods left one side empty")
+    return pods.select(np.flatnonzero(~test)), pods.select(np.flatnonzero(test))
+
+
+def resolve_path(spec: str | Path) -> Path:
+    """A CSV path, or ``builtin:NAME`` for a trace shipped with fedsched."""
+    s = str(spec)
+    if s.startswith("builtin:"):
+        return builtin_trace(s.removeprefix("builtin:"))
+    return Path(s)
