@@ -27,6 +27,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
+
 from fedsched.common.fragmentation import TypicalPods
 from fedsched.common.packing import run_packing
 from fedsched.common.schedulers import SchedulerContext, make_scheduler

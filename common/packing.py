@@ -70,6 +70,7 @@ class PackingResult:
     frag_pct: np.ndarray  # fragmented GPU, % of all GPU (NaN without typical pods)
     frag_rate_pct: np.ndarray  # fragmented / idle GPU, %
     placements: np.ndarray  # node per arrival, -1 = failed
+    gpus: list[tuple[int, ...]]  # GPU slots per arrival (empty when failed or CPU-only)
     metrics: dict[str, float] = field(default_factory=dict)
 
     def curve(self, xs: np.ndarray = CURVE_X) -> np.ndarray:
@@ -93,6 +94,7 @@ def run_packing(nodes: NodeTable, pool: PodTable, scheduler: Scheduler, *, targe
     frag_amt = np.empty(n)
     frag_rate = np.empty(n)
     placements = np.empty(n, dtype=np.int64)
+    gpus: list[tuple[int, ...]] = []
     arrived_total = 0.0
     allocated = 0.0
     gpu_cap = float(nodes.total_gpu_milli)
@@ -103,6 +105,7 @@ def run_packing(nodes: NodeTable, pool: PodTable, scheduler: Scheduler, *, targe
         arrived_total += size
         p = place(scheduler, state, pod, rng, node_rank=node_rank)
         placements[k] = p.node
+        gpus.append(p.gpus)
         if p.node >= 0:
             state.allocate(p.node, pod, p.gpus)
             state.cpu_used[p.node] += pod.cpu  # packing: real use equals requests
@@ -120,7 +123,7 @@ def run_packing(nodes: NodeTable, pool: PodTable, scheduler: Scheduler, *, targe
     if frag.model is None:
         frag_amt[:] = np.nan
         frag_rate[:] = np.nan
-    res = PackingResult(arrived, alloc, frag_amt, frag_rate, placements)
+    res = PackingResult(arrived, alloc, frag_amt, frag_rate, placements, gpus)
     frag.refresh()
     m = snapshot_metrics(state, frag)
     at = binned_curve(arrived, alloc, np.array([100.0, round(100 * target_load)]))

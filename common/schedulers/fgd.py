@@ -33,7 +33,6 @@ class FGD(Scheduler):
         self.typical = TypicalPods.from_pods(self.ctx.train_pods)
         self._model: FragmentationModel | None = None
         self._model_for: int = -1
-        self._gpu_choice = np.zeros(0, dtype=np.int64)  # per node: GPU picked by the last score
 
     def frag_model(self, state: ClusterState) -> FragmentationModel:
         if self._model is None or self._model_for != len(state.nodes.models):
@@ -56,7 +55,15 @@ class FGD(Scheduler):
                 taken = full & (np.cumsum(full, axis=1) <= pod.num_gpu)
                 after_free = np.where(taken, 0, free)
             return fgd_score(before - fm.node_frag(cpu_after, after_free, model))
-        # Sharing pod: one candidate per distinct free share among the fitting GPUs.
+        best, _ = self._share_scores(before, cpu_after, free, model, pod)
+        return best
+
+    def _share_scores(self, before: np.ndarray, cpu_after: np.ndarray, free: np.ndarray,
+                      model: np.ndarray, pod: Pod) -> tuple[np.ndarray, np.ndarray]:
+        """Per node: the best score over its GPUs, and the GPU that reaches it first."""
+        fm = self._model
+        assert fm is not None
+        # One candidate per distinct free share among the fitting GPUs (equal shares score equally).
         fits = free >= pod.gpu_milli
         g = free.shape[1]
         earlier_equal = np.tril(np.ones((g, g), dtype=bool), k=-1)  # [i, j]: j < i
@@ -65,17 +72,22 @@ class FGD(Scheduler):
         after_free = free[rows].copy()
         after_free[np.arange(len(rows)), gpus] -= pod.gpu_milli
         s = fgd_score(before[rows] - fm.node_frag(cpu_after[rows], after_free, model[rows]))
-        best = np.full(len(nodes), -1.0)
+        best = np.full(len(free), -1.0)
         np.maximum.at(best, rows, s)
-        # The reserved GPU: the lowest-indexed GPU reaching the node's best score.
         at_best = s == best[rows]
         first_rows, first = np.unique(rows[at_best], return_index=True)
-        if len(self._gpu_choice) != len(state.nodes):
-            self._gpu_choice = np.full(len(state.nodes), -1, dtype=np.int64)
-        self._gpu_choice[nodes[first_rows]] = gpus[at_best][first]
-        return best
+        gpu = np.full(len(free), -1, dtype=np.int64)
+        gpu[first_rows] = gpus[at_best][first]
+        return best, gpu
 
     def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
-        if pod.is_gpu_share and node < len(self._gpu_choice) and self._gpu_choice[node] >= 0:
-            return (int(self._gpu_choice[node]),)
-        return super().select_gpus(state, pod, node)
+        if not pod.is_gpu_share:
+            return super().select_gpus(state, pod, node)
+        # The lowest-indexed GPU reaching the node's best score (re-scored for this node alone).
+        fm = self.frag_model(state)
+        one = np.array([node])
+        cpu_left = state.nodes.cpu[one] - state.cpu_req[one]
+        free, model = state.gpu_free[one], state.nodes.model[one]
+        _, gpu = self._share_scores(fm.node_frag(cpu_left, free, model), cpu_left - pod.cpu_nonzero,
+                                    free, model, pod)
+        return (int(gpu[0]),)
