@@ -129,7 +129,10 @@ def aggregate(spec: EvalSpec, outputs: list[RunOutput]) -> dict[str, Any]:
             result["policies"][p][m] = {"mean": mean, "ci95": ci}
         curves = [o.curve for o in runs if o.curve is not None]
         if curves:
-            result["curves"][p] = [float(v) for v in np.nanmean(np.array(curves), axis=0)]
+            arr = np.array(curves)
+            ok = ~np.isnan(arr)
+            mean = np.where(ok.any(axis=0), np.nansum(arr, axis=0) / np.maximum(ok.sum(axis=0), 1), np.nan)
+            result["curves"][p] = [float(v) for v in mean]
     return result
 
 
