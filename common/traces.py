@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -57,31 +58,45 @@ def builtin_trace(name: str) -> Path:
     return p
 
 
-def _read_rows(path: str | Path, required: tuple[str, ...]) -> tuple[list[str], list[list[str]]]:
+def _read_rows(path: str | Path,
+               required: tuple[str, ...]) -> tuple[list[str], list[list[str]], list[int]]:
+    """Header, non-blank data rows and each row's line number in the file."""
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "file not found")
-    with path.open(newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None or not [h for h in header if h.strip()]:
-            raise TraceError(path, "empty file (no header row)")
-        header = [h.strip() for h in header]
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise TraceError(path, f"missing column(s) {', '.join(missing)}; header is "
-                             f"{','.join(header)}", line=1, column=missing[0])
-        rows = [r for r in reader if any(x.strip() for x in r)]
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: tolerate a byte-order mark
+            return _parse_rows(path, csv.reader(f), required)
+    except UnicodeDecodeError as e:
+        raise TraceError(path, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _parse_rows(path: Path, reader: Iterator[list[str]],
+                required: tuple[str, ...]) -> tuple[list[str], list[list[str]], list[int]]:
+    header = next(reader, None)
+    if header is None or not [h for h in header if h.strip()]:
+        raise TraceError(path, "empty file (no header row)")
+    header = [h.strip() for h in header]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise TraceError(path, f"missing column(s) {', '.join(missing)}; header is "
+                         f"{','.join(header)}", line=1, column=missing[0])
+    rows, lines = [], []
+    for r in reader:
+        if any(x.strip() for x in r):
+            rows.append(r)
+            lines.append(reader.line_num)  # type: ignore[attr-defined]
     if not rows:
         raise TraceError(path, "no data rows", line=2)
-    return header, rows
+    return header, rows, lines
 
 
 class _Columns:
     """Typed column access over csv rows with error reporting."""
 
-    def __init__(self, path: str | Path, header: list[str], rows: list[list[str]]) -> None:
-        self.path, self.rows = path, rows
+    def __init__(self, path: str | Path, header: list[str], rows: list[list[str]],
+                 lines: list[int]) -> None:
+        self.path, self.rows, self.lines = path, rows, lines
         self.idx = {h: i for i, h in enumerate(header)}
         for k, r in enumerate(rows):
             if len(r) < len(header):
@@ -107,7 +122,7 @@ class _Columns:
         i = self.idx[col]
         for k, r in enumerate(self.rows):
             s = r[i].strip()
-            line = k + 2
+            line = self.lines[k]
             if s == "":
                 if optional:
                     out[k] = default
@@ -123,30 +138,32 @@ class _Columns:
                 raise TraceError(self.path, f"negative value {s}", line=line, column=col)
             if integer and v != int(v):
                 raise TraceError(self.path, f"not an integer: {s!r}", line=line, column=col)
+            if integer and v >= 2**53:
+                raise TraceError(self.path, f"value {s} too large", line=line, column=col)
             out[k] = int(v) if integer else v
         return out
 
 
 def load_nodes(path: str | Path) -> NodeTable:
     """Load a nodes CSV (openb schema) into a :class:`NodeTable`."""
-    header, rows = _read_rows(path, NODE_COLUMNS)
-    cols = _Columns(path, header, rows)
+    header, rows, lines = _read_rows(path, NODE_COLUMNS)
+    cols = _Columns(path, header, rows, lines)
     names = cols.text("sn")
     for k, n in enumerate(names):
         if not n:
-            raise TraceError(path, "empty node name", line=k + 2, column="sn")
+            raise TraceError(path, "empty node name", line=lines[k], column="sn")
     seen: dict[str, int] = {}
     for k, n in enumerate(names):
         if n in seen:
             raise TraceError(path, f"duplicate node name {n!r} (first on line {seen[n]})",
-                             line=k + 2, column="sn")
-        seen[n] = k + 2
+                             line=lines[k], column="sn")
+        seen[n] = lines[k]
     cpu = cols.number("cpu_milli", integer=True)
     mem = cols.number("memory_mib", integer=True)
     gpu = cols.number("gpu", integer=True)
     for k in np.flatnonzero(gpu > MAX_GPUS_PER_NODE):
         raise TraceError(path, f"{gpu[k]} GPUs on one node; at most {MAX_GPUS_PER_NODE} supported",
-                         line=int(k) + 2, column="gpu")
+                         line=lines[int(k)], column="gpu")
     model_names = cols.text("model")
     models = tuple(sorted({m for m, g in zip(model_names, gpu, strict=True) if g > 0 and m}))
     if len(models) > 62:
@@ -158,7 +175,7 @@ def load_nodes(path: str | Path) -> NodeTable:
     net = cols.number("net_mbps", integer=False, optional=True, default=DEFAULT_NET_MBPS)
     for col, arr in (("cpu_milli", cpu), ("memory_mib", mem)):
         for k in np.flatnonzero(arr == 0):
-            raise TraceError(path, "node capacity must be positive", line=int(k) + 2, column=col)
+            raise TraceError(path, "node capacity must be positive", line=lines[int(k)], column=col)
     return NodeTable(names=tuple(names), cpu=cpu, mem=mem, gpu=gpu, model=model, models=models,
                      disk_io=disk, net=net)
 
@@ -171,18 +188,18 @@ def load_pods(path: str | Path, nodes: NodeTable, *, allow_oversized: bool = Fal
     such pods (openb ``gpuspec33`` asks for 120 cores on G2 nodes that have 96), and the
     published FGD protocol counts them as arrived-and-failed.
     """
-    header, rows = _read_rows(path, POD_COLUMNS)
-    cols = _Columns(path, header, rows)
+    header, rows, lines = _read_rows(path, POD_COLUMNS)
+    cols = _Columns(path, header, rows, lines)
     names = cols.text("name")
     for k, n in enumerate(names):
         if not n:
-            raise TraceError(path, "empty pod name", line=k + 2, column="name")
+            raise TraceError(path, "empty pod name", line=lines[k], column="name")
     cpu = cols.number("cpu_milli", integer=True)
     mem = cols.number("memory_mib", integer=True)
     num_gpu = cols.number("num_gpu", integer=True)
     gpu_milli = cols.number("gpu_milli", integer=True)
     for k in range(len(rows)):
-        line = k + 2
+        line = lines[k]
         if gpu_milli[k] > MILLI_PER_GPU:
             raise TraceError(path, f"gpu_milli {gpu_milli[k]} exceeds one GPU ({MILLI_PER_GPU})",
                              line=line, column="gpu_milli")
@@ -205,7 +222,7 @@ def load_pods(path: str | Path, nodes: NodeTable, *, allow_oversized: bool = Fal
                 mask |= 1 << lookup[m]
         if mask == 0 and num_gpu[k] > 0:
             raise TraceError(path, f"gpu_spec {s!r} names no GPU model of the cluster "
-                             f"({', '.join(nodes.models) or 'none'})", line=k + 2,
+                             f"({', '.join(nodes.models) or 'none'})", line=lines[k],
                              column="gpu_spec")
         spec_mask[k] = mask
     qos = np.empty(len(rows), dtype=np.int64)
@@ -213,13 +230,13 @@ def load_pods(path: str | Path, nodes: NodeTable, *, allow_oversized: bool = Fal
         code = QOS_ALIASES.get(q.lower())
         if code is None:
             raise TraceError(path, f"unknown QoS class {q!r}; expected one of "
-                             "BE, BestEffort, Burstable, LS, LSR, Guaranteed", line=k + 2,
+                             "BE, BestEffort, Burstable, LS, LSR, Guaranteed", line=lines[k],
                              column="qos")
         qos[k] = code
     creation = cols.number("creation_time", integer=False, optional=True)
     deletion = cols.number("deletion_time", integer=False, optional=True)
     for k in np.flatnonzero(deletion < creation):
-        raise TraceError(path, "deletion_time before creation_time", line=int(k) + 2,
+        raise TraceError(path, "deletion_time before creation_time", line=lines[int(k)],
                          column="deletion_time")
     disk = cols.number("disk_io_mbps", integer=False, optional=True, default=0.0)
     net = cols.number("net_mbps", integer=False, optional=True, default=0.0)
@@ -227,11 +244,11 @@ def load_pods(path: str | Path, nodes: NodeTable, *, allow_oversized: bool = Fal
                     spec_mask=spec_mask, qos=qos, creation=creation, deletion=deletion,
                     disk_io=disk, net=net)
     if not allow_oversized:
-        _check_fits_some_node(path, pods, nodes)
+        _check_fits_some_node(path, pods, nodes, lines)
     return pods
 
 
-def _check_fits_some_node(path: str | Path, pods: PodTable, nodes: NodeTable) -> None:
+def _check_fits_some_node(path: str | Path, pods: PodTable, nodes: NodeTable, lines: list[int]) -> None:
     """Raise for the first pod that fits no empty node, naming the limiting column."""
     # Group identical requests so this stays fast on large traces.
     keys = np.stack([pods.cpu, pods.mem, pods.num_gpu, pods.gpu_milli, pods.spec_mask], axis=1)
@@ -246,12 +263,14 @@ def _check_fits_some_node(path: str | Path, pods: PodTable, nodes: NodeTable) ->
             continue
         # Report the first pod (in file order) with this request.
         k = int(np.flatnonzero((keys == keys[k]).all(axis=1))[0])
+        # Name the limits that no node the pod may use (GPU count and model) satisfies.
+        usable = gpu_ok if gpu_ok.any() else np.ones_like(gpu_ok)
         bad = [c for c, ok in (("cpu_milli", cpu_ok), ("memory_mib", mem_ok), ("num_gpu", gpu_ok))
-               if not ok.any()] or ["cpu_milli", "memory_mib", "num_gpu"]
+               if not (ok & usable).any()] or ["cpu_milli", "memory_mib", "num_gpu"]
         raise TraceError(path, f"pod {pods.names[k]!r} is larger than every node "
                          f"(cpu {cpu}m, mem {mem} MiB, {ng} GPU); no node can ever run it "
                          "(pass allow_oversized / --allow-oversized to keep such pods as "
-                         "unschedulable)", line=k + 2, column=",".join(bad))
+                         "unschedulable)", line=lines[k], column=",".join(bad))
 
 
 def hash_fraction(name: str) -> float:

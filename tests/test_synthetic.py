@@ -250,7 +250,7 @@ def test_profiles_differ_pairwise(clusters) -> None:
     assert np.median(edge_n.cpu) < np.median(web_n.cpu) < np.median(gpu_n.cpu)
     # pod CPU sizes: edge and web pods are sub-core, gpu jobs ask for many cores
     assert np.median(edge.cpu) <= np.median(web.cpu) < 1000 < 5000 < np.median(gpu.cpu)
-    # memory per CPU differs: web pods are memory-rich per core vs edge's independent draw
+    # memory: gpu jobs ask for tens of GiB, web pods for hundreds of MiB
     assert np.median(gpu.mem) > 20 * np.median(web.mem)
     # lifetimes: edge minutes, web about an hour, gpu hours
     life = {n: np.median(clusters[n][1].deletion - clusters[n][1].creation) for n in clusters}
