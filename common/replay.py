@@ -737,30 +737,39 @@ class ReplaySimulator:
         if new.any():
             ns.overload_count += new
             self.counters["overload_events"] += int(new.sum())
-        ns.overloaded = over
-        a = cfg.trend_alpha
-        ns.cpu_trend = (1 - a) * ns.cpu_trend + a * (s.cpu_used - self._prev_cpu) / cfg.usage_tick_s
-        ns.mem_trend = (1 - a) * ns.mem_trend + a * (s.mem_used - self._prev_mem) / cfg.usage_tick_s
-        self._prev_cpu = s.cpu_used.copy()
-        self._prev_mem = s.mem_used.copy()
+        ns.overloaded[:] = over
+        # trend += alpha * (delta / dt - trend), in place (observers may hold the arrays)
+        a, dt = cfg.trend_alpha, cfg.usage_tick_s
+        for trend, used, prev in ((ns.cpu_trend, s.cpu_used, self._prev_cpu),
+                                  (ns.mem_trend, s.mem_used, self._prev_mem)):
+            np.subtract(used, prev, out=prev)
+            prev *= a / dt
+            trend *= 1 - a
+            trend += prev
+            prev[:] = used
         if cfg.autoscale:
             self._autoscale()
         self._sample()
         self._push(now + cfg.usage_tick_s, EV_TICK, 0, 0)
 
     def _sample(self) -> None:
-        alive = self.state.alive
-        if alive.any():
-            u = utilisation(self.state)
-            self._util_mean.append(float(u.mean()))
-            self._util_var.append(float(u.var()))
+        """Record the per-tick series; utilisation as in :func:`utilisation` (alive nodes)."""
+        s = self.state
+        n_alive = int(np.count_nonzero(s.alive))
+        mean = var = math.nan
+        if n_alive:
+            u = s.cpu_used * self._inv_cap100 if n_alive == len(s.alive) else utilisation(s)
+            mean = float(u.sum()) / n_alive
+            var = max(float(np.dot(u, u)) / n_alive - mean * mean, 0.0)
+            self._util_mean.append(mean)
+            self._util_var.append(var)
         ser = self._series
         ser["t"].append(self.now)
-        ser["util_mean"].append(self._util_mean[-1] if alive.any() else math.nan)
-        ser["util_var"].append(self._util_var[-1] if alive.any() else math.nan)
+        ser["util_mean"].append(mean)
+        ser["util_var"].append(var)
         ser["pending"].append(len(self._pending))
         ser["running"].append(self.n_running)
-        ser["alive"].append(int(alive.sum()))
+        ser["alive"].append(n_alive)
 
     def _evict_node(self, n: int) -> None:
         for p in sorted(self._node_pods[n]):

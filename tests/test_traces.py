@@ -109,9 +109,9 @@ def test_builtin_pod_files_load(openb_nodes, name: str) -> None:
     path = builtin_trace(f"openb_pod_list_{name}.csv")
     rows = len(path.read_text().splitlines()) - 1
     if name.startswith("gpuspec"):
-        # openb-pod-1639 asks for 120 cores on G2 nodes, which have 96.
+        # openb-pod-1639 asks for 120 cores and 720 GiB on G2 nodes, which have 96 and 384 GiB.
         expect_error(lambda: load_pods(path, openb_nodes), path, line=1641,
-                     column="cpu_milli",
+                     column="cpu_milli,memory_mib",
                      match="'openb-pod-1639' is larger than every node")
         pods = load_pods(path, openb_nodes, allow_oversized=True)
     else:
