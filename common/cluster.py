@@ -147,6 +147,11 @@ class Pod:
     def gpu_request(self) -> int:
         return self.num_gpu * self.gpu_milli
 
+    @property
+    def gpu_tag(self) -> int:
+        """GpuClustering's tag: 0 for a sharing pod, k for k whole GPUs (CPU pods: 0, unused)."""
+        return 0 if self.is_gpu_share else self.num_gpu
+
     @classmethod
     def from_table(cls, pods: PodTable, i: int) -> Pod:
         return cls(
@@ -177,9 +182,9 @@ class ClusterState:
         self.gpu_exists = slots[None, :] < nodes.gpu[:, None]
         self.gpu_free = np.where(self.gpu_exists, MILLI_PER_GPU, 0).astype(np.int64)
         self.alive = np.ones(n, dtype=bool)
-        # Pods per node by GPU tag (GpuClustering's "share-gpu" and "k-gpu" affinity).
-        self.n_share_pods = np.zeros(n, dtype=np.int64)
-        self.n_whole_pods = np.zeros(n, dtype=np.int64)
+        # Pods per node by GPU tag (GpuClustering's affinity): column 0 counts GPU-sharing
+        # pods ("share-gpu"), column k pods taking k whole GPUs ("k-gpu").
+        self.gpu_tag_pods = np.zeros((n, MAX_GPUS_PER_NODE + 1), dtype=np.int64)
         # Real usage (replay mode's usage model); stays zero in packing mode.
         self.cpu_used = np.zeros(n, dtype=np.float64)
         self.mem_used = np.zeros(n, dtype=np.float64)
@@ -188,7 +193,7 @@ class ClusterState:
         c = ClusterState.__new__(ClusterState)
         c.nodes = self.nodes
         for k in ("cpu_req", "mem_req", "cpu_req_nz", "mem_req_nz", "io_req", "net_req", "gpu_exists",
-                  "gpu_free", "alive", "n_share_pods", "n_whole_pods", "cpu_used", "mem_used"):
+                  "gpu_free", "alive", "gpu_tag_pods", "cpu_used", "mem_used"):
             setattr(c, k, getattr(self, k).copy())
         return c
 
@@ -236,10 +241,7 @@ class ClusterState:
         for g in gpus:
             self.gpu_free[node, g] -= pod.gpu_milli
         if pod.num_gpu:
-            if pod.is_gpu_share:
-                self.n_share_pods[node] += 1
-            else:
-                self.n_whole_pods[node] += 1
+            self.gpu_tag_pods[node, pod.gpu_tag] += 1
         if (self.cpu_req[node] > self.nodes.cpu[node] or self.mem_req[node] > self.nodes.mem[node]
                 or (self.gpu_free[node] < 0).any()):
             raise AssertionError(f"node {self.nodes.names[node]} over-allocated by pod {pod.index}")
@@ -255,7 +257,4 @@ class ClusterState:
         for g in gpus:
             self.gpu_free[node, g] += pod.gpu_milli
         if pod.num_gpu:
-            if pod.is_gpu_share:
-                self.n_share_pods[node] -= 1
-            else:
-                self.n_whole_pods[node] -= 1
+            self.gpu_tag_pods[node, pod.gpu_tag] -= 1

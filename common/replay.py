@@ -146,8 +146,29 @@ NODE_UP, NODE_FAILED, NODE_REMOVED, NODE_BOOTING = 0, 1, 2, 3
 # Queued event kinds; trace arrivals are a separate pre-sorted stream merged with the heap.
 EV_ATTEMPT, EV_START, EV_DEPART, EV_TICK, EV_FAIL, EV_REPAIR, EV_BOOT = range(7)
 # Rows of the per-pod usage parameter arrays (CPU row, then memory row, for each pair).
-_BASE, _AMP, _MAX, _EPS, _CUR = 0, 2, 4, 6, 8  # base use, base * amplitude, cap, AR(1) state, current
-_OMEGA, _PHASE, _NROWS = 10, 11, 12
+_BASE, _AMP, _MAX, _CUR = 0, 2, 4, 6  # base use, base * amplitude, cap, current use
+_OMEGA, _PHASE, _NROWS = 8, 9, 10
+NOISE_TABLE_LEN = 1 << 18  # ticks of pre-drawn AR(1) noise; a pod reads it from a random offset
+
+
+def ar1_table(rng: np.random.Generator, rows: int, length: int, rho: float, block: int = 64) -> np.ndarray:
+    """``rows`` stationary AR(1) series of unit variance: ``x_t = rho x_{t-1} + sqrt(1-rho^2) z_t``.
+
+    Filtered block-wise (a triangular matrix product inside blocks, a carry between
+    them) so that a long table costs a few milliseconds without scipy.
+    """
+    nb = -(-length // block)
+    z = rng.standard_normal((rows, nb * block))
+    c = math.sqrt(1.0 - rho * rho)
+    z[:, 0] /= c  # x_0 = z_0: start in the stationary law
+    i = np.arange(block)
+    lag = i[:, None] - i[None, :]
+    tri = np.where(lag >= 0, rho ** np.maximum(lag, 0), 0.0)
+    x = c * (z.reshape(rows, nb, block) @ tri.T)
+    carry = rho ** (i + 1)
+    for b in range(1, nb):
+        x[:, b] += x[:, b - 1, -1:] * carry
+    return x.reshape(rows, nb * block)[:, :length]
 
 
 @dataclass
@@ -169,6 +190,8 @@ class ReplayConfig:
     backoff_initial_s: float = 1.0  # first retry delay after a failed attempt
     backoff_max_s: float = 10.0  # retry delay cap (doubles per failed attempt up to this)
     max_wait_s: float = 600.0  # a pod not bound this long after (re-)queueing fails
+    oom_restart_s: float = 10.0  # an OOM-killed pod is retried after this (crash-loop backoff) ...
+    oom_restart_max_s: float = 300.0  # ... doubling per kill of the same pod up to this
     # --- usage model ---
     usage_tick_s: float = 10.0  # interval of usage updates, overload/OOM checks and autoscaler
     usage_pod_sigma: float = 0.25  # sigma of the per-pod lognormal usage factor (mean 1)
@@ -201,7 +224,7 @@ class ReplayConfig:
         nonneg = ("arrival_jitter_s", "duration_jitter", "startup_mean_s", "max_wait_s",
                   "usage_pod_sigma", "usage_amp_cpu", "usage_amp_mem", "usage_noise_cpu",
                   "usage_noise_mem", "failure_rate_per_node_hour", "scale_up_after_s",
-                  "node_boot_s", "scale_down_idle_s")
+                  "node_boot_s", "scale_down_idle_s", "oom_restart_s", "oom_restart_max_s")
         for k in nonneg:
             v = getattr(self, k)
             if not (v >= 0 and math.isfinite(v)):
@@ -376,6 +399,7 @@ class ReplaySimulator:
         self._gpus: list[tuple[int, ...]] = [()] * n_pods
         self._enq = [0.0] * n_pods
         self._attempts = [0] * n_pods
+        self._oom_kills = [0] * n_pods
         self._fail_epoch = [-1] * n_pods
         self._start_t = [math.nan] * n_pods
         self._remaining = [math.inf] * n_pods
@@ -403,16 +427,19 @@ class ReplaySimulator:
         pf[_MAX + 1] = np.where(guaranteed, mem_nz, np.inf)
         pf[_OMEGA] = 2 * np.pi / (cfg.usage_period_s * g_work.uniform(0.5, 1.5, n_pods))
         pf[_PHASE] = g_work.uniform(0, 2 * np.pi, n_pods)
-        pf[_EPS] = g_work.normal(0, 1, n_pods) * cfg.usage_noise_cpu  # stationary start
-        pf[_EPS + 1] = g_work.normal(0, 1, n_pods) * cfg.usage_noise_mem
+        # AR(1) noise: pod p at usage tick j reads noise[:, (offset[p] + j) % NOISE_TABLE_LEN],
+        # so its noise does not depend on what else runs (same noise for every scheduler).
+        self._pod_off = g_work.integers(0, NOISE_TABLE_LEN, n_pods)
+        rho = math.exp(-cfg.usage_tick_s / cfg.usage_noise_tau_s)
+        self._noise = ar1_table(g_usage, 2, NOISE_TABLE_LEN, rho) * np.array(
+            [[cfg.usage_noise_cpu], [cfg.usage_noise_mem]])
+        self._tick_no = 0
         self._sf = np.zeros((_NROWS, n_pods))
         self._s_node = np.zeros(n_pods, dtype=np.int64)
         self._s_pod = np.zeros(n_pods, dtype=np.int64)
+        self._s_off = np.zeros(n_pods, dtype=np.int64)
         self._slot = [-1] * n_pods  # slot of a running pod, -1 when not running
         self._n_active = 0
-        rho = math.exp(-cfg.usage_tick_s / cfg.usage_noise_tau_s)
-        self._rho = rho
-        self._innov = np.sqrt(1.0 - rho * rho) * np.array([[cfg.usage_noise_cpu], [cfg.usage_noise_mem]])
         self._inv_cap100 = 100.0 / self._cap_cpu
 
         # Event machinery.
@@ -428,6 +455,7 @@ class ReplaySimulator:
         self.now = 0.0
         self.feasible_mask: np.ndarray | None = None  # set by next_pod(skip_infeasible=True)
         self._latencies: list[float] = []
+        self._startup_buf: list[float] = []
         self.n_arrived = self.n_running = self.n_completed = self.n_failed = 0
         self._bound_finite = 0
         self.counters = dict.fromkeys(
@@ -570,9 +598,7 @@ class ReplaySimulator:
         self.counters["binds"] += 1
         if self._remaining[p] < math.inf:
             self._bound_finite += 1
-        mean = self.config.startup_mean_s
-        delay = self._g_start.exponential(mean) if mean > 0 else 0.0
-        self._push(now + delay, EV_START, p, self._gen[p])
+        self._push(now + self._startup_delay(), EV_START, p, self._gen[p])
 
     def counts(self) -> dict[str, int]:
         """Arrived pods by status (the conservation invariant: the four sum to arrived)."""
@@ -603,6 +629,14 @@ class ReplaySimulator:
     def _idle(self) -> bool:
         return not self._pending and self._bound_finite == 0 and self._current < 0
 
+    def _startup_delay(self) -> float:
+        """Next start-up latency, drawn in batches (a scalar numpy draw costs microseconds)."""
+        if not self._startup_buf:
+            mean = self.config.startup_mean_s
+            batch = self._g_start.exponential(mean, 1024) if mean > 0 else np.zeros(1024)
+            self._startup_buf = batch.tolist()[::-1]
+        return self._startup_buf.pop()
+
     def _failed_attempt(self, p: int) -> None:
         cfg = self.config
         self._attempts[p] += 1
@@ -624,10 +658,14 @@ class ReplaySimulator:
         self._slot[p] = k
         self._s_pod[k] = p
         self._s_node[k] = n
+        off = int(self._pod_off[p])
+        self._s_off[k] = off
+        j = (off + self._tick_no) & (NOISE_TABLE_LEN - 1)
         col = self._pf[:, p].tolist()
+        col[_MAX + 1] = min(col[_MAX + 1], self._cap_mem[n])  # one pod alone never OOMs its node
         wave = math.sin(col[_OMEGA] * self.now + col[_PHASE])
-        cu = min(max(0.0, col[_BASE] * (1.0 + col[_EPS]) + col[_AMP] * wave), col[_MAX])
-        mu = min(max(0.0, col[_BASE + 1] * (1.0 + col[_EPS + 1]) + col[_AMP + 1] * wave), col[_MAX + 1])
+        cu = min(max(0.0, col[_BASE] * (1.0 + self._noise[0, j]) + col[_AMP] * wave), col[_MAX])
+        mu = min(max(0.0, col[_BASE + 1] * (1.0 + self._noise[1, j]) + col[_AMP + 1] * wave), col[_MAX + 1])
         col[_CUR], col[_CUR + 1] = cu, mu
         self._sf[:, k] = col
         self._cpu_demand[n] += cu
@@ -646,13 +684,13 @@ class ReplaySimulator:
         n = self._node[p]
         sf = self._sf
         cu, mu = float(sf[_CUR, k]), float(sf[_CUR + 1, k])
-        self._pf[_EPS:_EPS + 2, p] = sf[_EPS:_EPS + 2, k]  # keep the noise state for a restart
         last = self._n_active - 1
         if k != last:  # move the last slot into the hole
             q = int(self._s_pod[last])
             sf[:, k] = sf[:, last]
             self._s_pod[k] = q
             self._s_node[k] = self._s_node[last]
+            self._s_off[k] = self._s_off[last]
             self._slot[q] = k
         self._n_active = last
         self._slot[p] = -1
@@ -688,30 +726,36 @@ class ReplaySimulator:
         self.status[p] = COMPLETED
         self.n_completed += 1
 
-    def _requeue(self, p: int) -> None:
+    def _requeue(self, p: int, delay: float = 0.0) -> None:
+        """Release a bound pod and put it back in the queue; first attempt after ``delay``."""
         self._release(p)
         self.status[p] = PENDING
         self._pending[p] = None
         self._enq[p] = self.now
         self._attempts[p] = 0
         self._fail_epoch[p] = -1
-        self._push(self.now, EV_ATTEMPT, p, self._gen[p])
+        self._push(self.now + delay, EV_ATTEMPT, p, self._gen[p])
 
     def _tick(self) -> None:
         cfg, s, ns = self.config, self.state, self.node_stats
         now = self.now
         self.counters["usage_ticks"] += 1
+        self._tick_no += 1
         k = self._n_active
         n_nodes = len(s.alive)
         if k:
             sf = self._sf
-            eps = sf[_EPS:_EPS + 2, :k]
-            eps *= self._rho
-            eps += self._innov * self._g_usage.standard_normal((2, k))
-            wave = np.sin(sf[_OMEGA, :k] * now + sf[_PHASE, :k])
+            j = self._s_off[:k] + self._tick_no
+            j &= NOISE_TABLE_LEN - 1
+            eps = np.take(self._noise, j, axis=1)  # np.take: far faster than fancy indexing
+            eps += 1.0
+            eps *= sf[_BASE:_BASE + 2, :k]
+            arg = sf[_OMEGA, :k] * now
+            arg += sf[_PHASE, :k]
+            wave = np.sin(arg.astype(np.float32))  # float32 sin is vectorised, far faster
             cur = sf[_CUR:_CUR + 2, :k]
             np.multiply(sf[_AMP:_AMP + 2, :k], wave, out=cur)
-            cur += sf[_BASE:_BASE + 2, :k] * (1.0 + eps)
+            cur += eps
             np.maximum(cur, 0.0, out=cur)
             np.minimum(cur, sf[_MAX:_MAX + 2, :k], out=cur)
             nodes = self._s_node[:k]
@@ -728,7 +772,8 @@ class ReplaySimulator:
                 if not cands:
                     break
                 victim = min(cands, key=lambda p: (self._qos[p], -self._start_t[p], -p))
-                self._requeue(victim)
+                kills = self._oom_kills[victim] = self._oom_kills[victim] + 1
+                self._requeue(victim, min(cfg.oom_restart_s * 2.0 ** (kills - 1), cfg.oom_restart_max_s))
                 ns.oom_count[n] += 1
                 self.counters["oom_events"] += 1
         # Overload transitions, trend.

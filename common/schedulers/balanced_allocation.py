@@ -1,10 +1,12 @@
-"""NodeResourcesBalancedAllocation, the classic form (Kubernetes <= 1.35).
+"""NodeResourcesBalancedAllocation, the classic form (Kubernetes 1.23 .. 1.35).
 
 Upstream: kubernetes/pkg/scheduler/framework/plugins/noderesources/balanced_allocation.go.
-Fractions ``f_r = min(req_r / alloc_r, 1)`` for cpu and memory (non-zero requests, pod
-included), ``std = |f_cpu - f_mem| / 2`` (the population standard deviation of two
-values), score ``int((1 - std) * 100)``. Kubernetes 1.36 scores the *change* in balance
-instead; fedsched implements the classic form, which the published baselines used.
+Fractions ``f_r = min(req_r / alloc_r, 1)`` for cpu and memory over the *actual* requests
+(``useRequested: true`` since kubernetes#105845: no 100m / 200 MiB defaults), pod included;
+``std = |f_cpu - f_mem| / 2`` (the population standard deviation of two values), score
+``int((1 - std) * 100)``. A pod with no requests at all is not scored (kubernetes#130260):
+every node gets 0, so the plugin does not influence the choice. Kubernetes 1.36 scores the
+*change* in balance instead; fedsched implements the classic form.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from .base import Scheduler
 
 
 def balanced_allocation(state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
-    f_cpu = np.minimum((state.cpu_req_nz[nodes] + pod.cpu_nonzero) / state.nodes.cpu[nodes], 1.0)
-    f_mem = np.minimum((state.mem_req_nz[nodes] + pod.mem_nonzero) / state.nodes.mem[nodes], 1.0)
+    if pod.cpu == 0 and pod.mem == 0:
+        return np.zeros(len(nodes), dtype=np.int64)
+    f_cpu = np.minimum((state.cpu_req[nodes] + pod.cpu) / state.nodes.cpu[nodes], 1.0)
+    f_mem = np.minimum((state.mem_req[nodes] + pod.mem) / state.nodes.mem[nodes], 1.0)
     std = np.abs(f_cpu - f_mem) / 2
     return ((1.0 - std) * 100).astype(np.int64)
 

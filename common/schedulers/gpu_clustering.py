@@ -1,8 +1,9 @@
 """GpuClustering as in the FGD paper's simulator: keep sharing and whole-GPU pods apart.
 
 Upstream: hkust-adsl/kubernetes-scheduler-simulator pkg/simulator/plugin/gpu_clustering_score.go.
-A pod's tag is "share-gpu" (one GPU, gpu_milli < 1000) or "k-gpu" (whole GPUs); CPU-only
-pods score 0 everywhere. With ``base = 25 * (8000 - gpuLeft) // 8000``: +75 when the node
+A pod's tag is "share-gpu" (one GPU, gpu_milli < 1000) or "k-gpu" for k whole GPUs (one
+tag per GPU count, ``pkg/type/open-gpu-share/utils/pod.go``); CPU-only pods score 0
+everywhere. With ``base = 25 * (8000 - gpuLeft) // 8000``: +75 when the node
 runs only pods of this tag, +50 when it runs this tag among others, +25 when it runs no
 GPU pods, +0 when it runs only the other tag. A sharing pod takes the tightest-fitting GPU.
 """
@@ -23,7 +24,8 @@ class GpuClustering(Scheduler):
             return np.zeros(len(nodes))
         gpu_left = state.gpu_free[nodes].sum(axis=1)
         base = 25 * (8000 - gpu_left) // 8000
-        share, whole = state.n_share_pods[nodes], state.n_whole_pods[nodes]
-        same, other = (share, whole) if pod.is_gpu_share else (whole, share)
+        tags = state.gpu_tag_pods[nodes]
+        same = tags[:, pod.gpu_tag]
+        other = tags.sum(axis=1) - same
         bonus = np.where(same > 0, np.where(other > 0, 50, 75), np.where(other > 0, 0, 25))
         return (base + bonus).astype(np.float64)

@@ -28,7 +28,8 @@ def go_round(x: np.ndarray) -> np.ndarray:
 
 
 def pod_cpu_prediction(pod: Pod) -> float:
-    return pod.cpu * REQUESTS_MULTIPLIER if pod.cpu > 0 else DEFAULT_REQUEST_MILLI
+    """Upstream PredictUtilisation: ``int64(math.Round(request * 1.5))``, else 1000m."""
+    return float(go_round(np.array(pod.cpu * REQUESTS_MULTIPLIER))) if pod.cpu > 0 else DEFAULT_REQUEST_MILLI
 
 
 def target_load_packing_score(used_milli: np.ndarray, cap_milli: np.ndarray, pod_pred: float,

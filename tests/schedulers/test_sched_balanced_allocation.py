@@ -13,8 +13,7 @@ Upstream BalancedAllocation is built with ``useRequested: true`` (PR kubernetes#
 Kubernetes 1.23, backported to 1.22): node and pod use the *actual* requests, not kube's
 non-zero defaults, so a 0 memory request counts 0 whether it is explicit or missing. Since
 PR kubernetes#130260 (1.33) a best-effort pod (no requests at all) skips the plugin.
-fedsched's balanced_allocation() reads the non-zero totals (cpu_req_nz / mem_req_nz and
-pod.cpu_nonzero / pod.mem_nonzero); the vectors that depend on it are marked xfail(strict).
+fedsched's balanced_allocation() follows both.
 """
 
 from __future__ import annotations
@@ -24,9 +23,6 @@ import pytest
 from sched_testkit import all_nodes, pod, set_node_info, state
 
 from fedsched.common.schedulers import BalancedAllocation, place
-
-NONZERO_BUG = ("balanced_allocation.py uses non-zero requests (cpu_req_nz/mem_req_nz, cpu_nonzero/"
-               "mem_nonzero); upstream BalancedAllocation uses actual requests (useRequested: true)")
 
 
 def cpu_only():
@@ -55,21 +51,18 @@ UPSTREAM_WITH_EXISTING_PODS = [
     # node2 f_cpu .6, f_mem 10000/20000 = .5, std .05 -> 95
     pytest.param(
         [10000, 10000], [20000, 20000], cpu_and_memory(), [82, 95],
-        id="resources requested, pods scheduled with resources",
-        marks=pytest.mark.xfail(strict=True, reason=NONZERO_BUG)),
+        id="resources requested, pods scheduled with resources"),
     # "resources requested, pods scheduled with resources, differently sized nodes"
     # node1 as above -> 82; node2 f_cpu .6, f_mem 10000/50000 = .2, std .2 -> 80
     pytest.param(
         [10000, 10000], [20000, 50000], cpu_and_memory(), [82, 80],
-        id="resources requested, pods scheduled with resources, differently sized nodes",
-        marks=pytest.mark.xfail(strict=True, reason=NONZERO_BUG)),
+        id="resources requested, pods scheduled with resources, differently sized nodes"),
     # "requested resources at node capacity": the pod is cpuOnly
     # node1 f_cpu 6000/6000 = 1, f_mem 0/10000 = 0, std .5 -> 50
     # node2 f_cpu 1, f_mem 5000/10000 = .5, std .25 -> 75
     pytest.param(
         [6000, 6000], [10000, 10000], cpu_only(), [50, 75],
-        id="requested resources at node capacity",
-        marks=pytest.mark.xfail(strict=True, reason=NONZERO_BUG)),
+        id="requested resources at node capacity"),
 ]
 
 
@@ -97,8 +90,6 @@ def test_upstream_formula_with_requested_totals(mem, expected):
 # a best-effort pod is skipped (no BalancedAllocation score on any node). Behavioural form:
 # on unequally loaded nodes the plugin must not prefer one node over another.
 # fedsched: node1 f (1100/4000, 2200/10000) -> std .0275 -> 97; node2 (100/4000, 200/10000) -> 99.
-@pytest.mark.xfail(strict=True, reason="upstream skips best-effort pods (PR kubernetes#130260); "
-                   "balanced_allocation.py scores them with non-zero defaults")
 def test_upstream_best_effort_pod_is_not_scored():
     st = state(cpu=[4000, 4000], mem=[10000, 10000])
     st.allocate(0, pod(cpu=1000, mem=2000), ())

@@ -79,8 +79,8 @@ def test_sharing_pod_gets_the_gpu_that_minimises_fragmentation():
     st = state(cpu=[8000], gpu=[2])
     set_gpu_free(st, 0, [500, 900])
     f = fgd(pod_table([(1000, 0, 1, 450)]))
+    assert f.select_gpus(st, share(100, cpu=1000), 0) == (1,)  # no score() needed first
     np.testing.assert_array_equal(f.score(st, share(100, cpu=1000), all_nodes(st)), [50])
-    assert f.select_gpus(st, share(100, cpu=1000), 0) == (1,)
     p = place(f, st, share(100, cpu=1000), np.random.default_rng(0))
     assert (p.node, p.gpus) == (0, (1,))
 
@@ -89,9 +89,7 @@ def test_sharing_pod_gets_the_gpu_that_minimises_fragmentation():
 # node free [1000, 1000, 1000]; every GPU gives the same F' -> GPU0.
 def test_equal_gpus_keep_the_lowest_index():
     st = state(cpu=[8000], gpu=[3])
-    f = fgd()
-    f.score(st, share(500, cpu=1000), all_nodes(st))
-    assert f.select_gpus(st, share(500, cpu=1000), 0) == (0,)
+    assert fgd().select_gpus(st, share(500, cpu=1000), 0) == (0,)
 
 
 # Whole-GPU pod 1 x 1000m (cpu 1000):

@@ -11,7 +11,6 @@ use in milli (``ClusterState.cpu_used``), so "Value: 50" on a 1000m node is 500m
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from sched_testkit import all_nodes, pod, state
 
 from fedsched.common.schedulers import TargetLoadPacking, place
@@ -75,8 +74,6 @@ def test_pod_prediction_is_requests_times_multiplier_else_default():
 # container, so a 1m request predicts 2m. Capacity 1000m, used 8m:
 # upstream U = 100 * (8 + 2) / 1000 = 1.0 -> 60*1/40 + 40 = 41.5 -> 42.
 # fedsched predicts 1.5m: U = 0.95 -> 41.425 -> 41.
-@pytest.mark.xfail(strict=True, reason="pod_cpu_prediction does not round request*1.5 to whole milli "
-                   "as upstream PredictUtilisation does (int64(math.Round(...)))")
 def test_upstream_prediction_is_rounded_to_whole_milli():
     np.testing.assert_array_equal(tlp_scores([1000], [8.0], pod(cpu=1)), [42])
 
