@@ -2,26 +2,31 @@
 
 Every modelling choice and default (all defaults live in :class:`ReplayConfig`):
 
-**Workload** (:func:`replay_workload`). Trace times are shifted so that the earliest known
-creation (or the start of ``window_s``) is 0, then divided by ``time_compression``
-(arrivals *and* durations: sim time = trace time / factor). A pod's duration is
-``deletion - creation``; a pod without a deletion time never leaves; a pod without a
-creation time arrives at 0 (it is taken to be already present when the trace starts, as
-in a cluster snapshot) and, if it has a deletion time, leaves at that (shifted) time.
-Durations are then multiplied by ``duration_scale``; with ``target_load`` set,
-``duration_scale`` is instead solved (bisection) so that the time-averaged *requested*
-load over ``[0, end]`` reaches ``target_load`` x capacity, counting each pod from its
-arrival until ``min(arrival + duration, end)`` (queueing ignored). The measure is GPU
-milli when the cluster has GPUs, CPU milli otherwise (as in packing mode); capacity is
-that of every node, spares included. The openb traces span ~5 months at ~0.2% load, so
-``target_load`` (or a large ``duration_scale``) is how a run gets a loaded cluster. If
-the target cannot be reached even with every pod staying to the end, the maximum is
-used. Noise (seeded): each arrival gets ``N(0, arrival_jitter_s)`` seconds (clipped at
-0), each duration a factor ``max(0.05, 1 + N(0, duration_jitter))``. Pods are ordered by
-arrival (ties by trace row); ``window_s`` keeps pods created in ``[start, end)`` trace
-seconds (plus those without creation time); ``max_pods`` keeps the first arrivals.
-The run ends at ``horizon_s``; ``None`` means the last arrival, ``math.inf`` means when
-nothing is left to do (all arrived, none pending, no finite pod still bound).
+**Workload** (:func:`replay_workload`). The run starts at trace time ``t0``: the start
+of ``window_s`` if given, else the creation time of the ``start_quantile`` quantile of the
+pods (default 0: the earliest creation; openb's first ~100 days hold only ~18 pods, and
+``start_quantile=0.01`` skips them). Times are shifted by ``t0`` and divided by
+``time_compression`` (arrivals *and* durations: sim time = trace time / factor). A pod's
+duration is ``deletion - creation``; a pod without a deletion time never leaves. A pod
+without a creation time, or created before ``t0`` and not yet deleted at ``t0``, is
+present at the start: it arrives at 0 (plus jitter) and runs until its deletion (a
+cluster snapshot at ``t0``); pods gone by ``t0`` or created at or after the end of
+``window_s`` are dropped. Durations are multiplied by ``duration_scale``; with
+``target_load`` set, ``duration_scale`` is instead solved (bisection) so that the
+time-averaged *requested* load over ``[0, end]`` is ``target_load`` x capacity, counting
+each pod from its arrival to ``min(arrival + duration, end)`` (queueing ignored). The
+measure is GPU milli when the cluster has GPUs, CPU milli otherwise (as in packing
+mode), over every node, spares included. The openb traces are ~0.2% loaded as recorded,
+so ``target_load`` (or a large ``duration_scale``) is how a run gets a loaded cluster;
+since an openb pod list requests about the whole cluster in total and arrives gradually,
+at most ~45% is reachable (with ``start_quantile=0.01``); an unreachable target uses
+the maximum (every pod stays to the end) and ``ReplayWorkload.offered_load`` tells what
+was reached. Noise (seeded, drawn for every trace row so the selection does not change
+a pod's draw): each arrival gets ``N(0, arrival_jitter_s)`` seconds (clipped at 0), each
+duration a factor ``max(0.05, 1 + N(0, duration_jitter))``. Pods are ordered by arrival
+(ties by trace row); ``max_pods`` keeps the first arrivals. The run ends at
+``horizon_s``; ``None`` means the last arrival, ``math.inf`` means when nothing is left to
+do (all arrived, none pending, no pod with a finite duration still bound).
 
 **Queue** (kube-scheduler-like). An arriving pod is tried at once. A pod that fits
 nowhere (``Placement.node == -1``) is retried after an exponential backoff
@@ -38,8 +43,12 @@ ticks, retries, ...) run before trace arrivals of the same instant, then by push
 **Start-up.** A bound pod holds its requests at once but starts running (real usage,
 duration clock) after an exponential start-up latency with mean ``startup_mean_s``. A
 pod's departure is ``start + remaining duration``. An evicted or OOM-killed pod is
-released and requeued (a fresh attempt at once, backoff reset) and later runs its
-*remaining* duration (work done so far is kept), so the offered load matches the trace.
+released and requeued with its backoff reset, and later runs its *remaining* duration
+(work done so far is kept), so the offered load matches the trace. A pod evicted by a
+node failure is tried again at once; an OOM-killed pod after a crash-loop delay
+``oom_restart_s`` doubling with each kill of that pod up to ``oom_restart_max_s``
+(kubelet's CrashLoopBackOff: 10 s to 5 min), so a pod that keeps overflowing a node does
+not flood the counters.
 
 **Usage model.** Real use of a running pod, per resource ``r`` (CPU, memory)::
 
@@ -59,13 +68,18 @@ The mean ratios of real use to request by QoS class (:data:`QOS_USAGE_RATIO`):
 
 The per-pod factor is lognormal with mean 1 and sigma ``usage_pod_sigma``; ``phase`` is
 uniform, ``period`` is ``usage_period_s`` x U(0.5, 1.5) per pod; ``eps_r`` is a
-stationary AR(1) process (std ``usage_noise_cpu`` / ``usage_noise_mem``, correlation
-time ``usage_noise_tau_s``), started from its stationary law. Use is re-evaluated for
-every running pod at each usage tick (every ``usage_tick_s``, vectorised) and is
-constant in between; a starting pod's use is evaluated when it starts. Per node,
-``state.cpu_used`` is the sum of its pods' CPU use clipped at capacity (CPU is
-compressible: excess demand is throttled) and ``state.mem_used`` the unclipped sum
-(memory is not). Both are kept current at every event.
+stationary AR(1) process per tick (std ``usage_noise_cpu`` / ``usage_noise_mem``,
+correlation time ``usage_noise_tau_s``): two AR(1) series of ``NOISE_TABLE_LEN`` ticks
+are drawn once per run and pod ``p`` reads them from its own random offset at tick ``j``
+(``(offset_p + j) mod NOISE_TABLE_LEN``), so a pod's noise does not depend on what else
+runs (same noise for every scheduler) and a tick costs a gather instead of fresh normal
+draws. Use is re-evaluated for every running pod at each usage tick (every
+``usage_tick_s``, vectorised over packed arrays of the running pods) and is constant in
+between; a starting pod's use is evaluated when it starts. A Guaranteed pod's use is
+capped at its request, and any pod's memory use at its node's memory (one pod alone
+never OOMs a node). Per node, ``state.cpu_used`` is the sum of its pods' CPU use clipped
+at capacity (CPU is compressible: excess demand is throttled) and ``state.mem_used`` the
+unclipped sum (memory is not). Both are kept current at every event.
 
 **Overload and OOM** (checked at each usage tick). A node is overloaded when its real CPU
 use is above ``overload_threshold`` (85%) of capacity; ``overload_events`` counts the
@@ -619,7 +633,11 @@ class ReplaySimulator:
         assert (s.gpu_free >= 0).all() and (s.cpu_req >= 0).all() and (s.mem_req >= 0).all()
         bound = sum(len(x) for x in self._node_pods)
         assert bound == c["running"], (bound, c)
-        assert not (s.cpu_req[~s.alive] > 0).any(), "dead node holds pods"
+        for n in np.flatnonzero(~s.alive).tolist():
+            assert not self._node_pods[n], f"node {n} is not alive but holds pods"
+        for n, ps in enumerate(self._node_pods):
+            assert all(self.status[p] == RUNNING and self._node[p] == n for p in ps)
+            assert len(ps) == self.node_stats.n_pods[n]
 
     # ---- event handlers ------------------------------------------------------------
     def _push(self, t: float, kind: int, p: int, g: int) -> None:
@@ -887,7 +905,8 @@ class ReplaySimulator:
         c = self.counts()
         m.update(failed_pods=float(c["failed"]), pending_pods=float(c["pending"]),
                  pending_mean_s=mean, pending_p99_s=p99,
-                 util_mean=float(np.mean(self._util_mean)), util_variance=float(np.mean(self._util_var)),
+                 util_mean=float(np.mean(self._util_mean)) if self._util_mean else math.nan,
+                 util_variance=float(np.mean(self._util_var)) if self._util_var else math.nan,
                  overload_events=float(self.counters["overload_events"]),
                  oom_events=float(self.counters["oom_events"]))
         metrics = {k: float(m[k]) for k in METRICS}
