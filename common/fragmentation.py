@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cluster import DEFAULT_MILLI_CPU_REQUEST, PodTable
+from .cluster import DEFAULT_MILLI_CPU_REQUEST, MILLI_PER_GPU, PodTable
 
 POPULARITY_THRESHOLD = 0.95
 
@@ -109,3 +109,49 @@ def fragmentation_ratio(cpu_free: np.ndarray, cpu_cap: np.ndarray, mem_free: np.
     a_mem = float(mem_free.sum()) / max(float(mem_cap.sum()), 1.0)
     hi = max(a_cpu, a_mem)
     return 0.0 if hi <= 0 else 1.0 - min(a_cpu, a_mem) / hi
+
+
+def placement_deltas(fm: FragmentationModel, cpu_left: np.ndarray, free: np.ndarray, model: np.ndarray,
+                     pod_cpu: int, num_gpu: int, gpu_milli: int,
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fragmentation removed by placing a pod, per candidate placement.
+
+    Inputs are the candidate nodes' states (``cpu_left[K]``, ``free[K, G]``, ``model[K]``)
+    and the pod (non-zero CPU, GPU count and share). Returns ``(rows, gpus, delta)``:
+    candidate ``i`` puts the pod on node ``rows[i]`` (GPU ``gpus[i]`` for a sharing pod,
+    -1 otherwise) and changes ``F`` by ``-delta[i]`` (positive delta: less fragmentation).
+    A sharing pod has one candidate per distinct free share among the node's fitting
+    GPUs (equal shares give equal results; the lowest index stands for them), in node
+    order then GPU index order. Whole-GPU pods take fully free GPUs (which ones does not
+    change ``F``); CPU-only pods change only the CPU left.
+    """
+    before = fm.node_frag(cpu_left, free, model)
+    cpu_after = cpu_left - pod_cpu
+    share = num_gpu == 1 and gpu_milli < MILLI_PER_GPU
+    if not share:
+        after_free = free
+        if num_gpu:
+            full = free >= MILLI_PER_GPU
+            taken = full & (np.cumsum(full, axis=1) <= num_gpu)
+            after_free = np.where(taken, 0, free)
+        rows = np.arange(len(free))
+        return rows, np.full(len(free), -1), before - fm.node_frag(cpu_after, after_free, model)
+    g = free.shape[1]
+    earlier_equal = np.tril(np.ones((g, g), dtype=bool), k=-1)  # [i, j]: j < i
+    dup = ((free[:, :, None] == free[:, None, :]) & earlier_equal[None]).any(axis=2)
+    rows, gpus = np.nonzero((free >= gpu_milli) & ~dup)  # row-major: node order, then GPU index
+    after_free = free[rows].copy()
+    after_free[np.arange(len(rows)), gpus] -= gpu_milli
+    return rows, gpus, before[rows] - fm.node_frag(cpu_after[rows], after_free, model[rows])
+
+
+def best_per_node(n: int, rows: np.ndarray, gpus: np.ndarray,
+                  values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per node: the max of ``values`` over its candidates and the first GPU reaching it."""
+    best = np.full(n, -np.inf)
+    np.maximum.at(best, rows, values)
+    at_best = values == best[rows]
+    first_rows, first = np.unique(rows[at_best], return_index=True)
+    gpu = np.full(n, -1, dtype=np.int64)
+    gpu[first_rows] = gpus[at_best][first]
+    return best, gpu
