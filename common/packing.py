@@ -109,6 +109,21 @@ class PackingSimulator:
         return len(self.order)
 
     @property
+    def allocated_pct(self) -> float:
+        """Allocated measured resource so far, % of capacity."""
+        return 100.0 * self._allocated / self.capacity
+
+    @property
+    def arrived_pct(self) -> float:
+        return 100.0 * self._arrived_total / self.capacity
+
+    @property
+    def frag_pct(self) -> float:
+        """Fragmented GPU now, % of all GPU (0 without GPUs or typical pods)."""
+        gpu_cap = float(self.nodes.total_gpu_milli)
+        return 100.0 * self.frag.total / gpu_cap if gpu_cap else 0.0
+
+    @property
     def done(self) -> bool:
         return self.k >= len(self.order)
 

@@ -7,6 +7,7 @@ register themselves here too, and a checkpoint path resolves to its policy).
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from .balanced_allocation import BalancedAllocation
 from .base import Placement, Scheduler, SchedulerContext, default_gpu_choice, place
@@ -27,8 +28,19 @@ BASELINES: dict[str, type[Scheduler]] = {
                 DotProduct, GpuPacking, GpuClustering, FGD, TargetLoadPacking, RandomScore)
 }
 
+
+
+def _checkpoint(name: str, ctx: SchedulerContext) -> Scheduler | None:
+    """A learned policy from its checkpoint file (torch is imported only here)."""
+    if not (name.endswith(".pt") or Path(name).is_file()):
+        return None
+    from ..policy import PolicyScheduler
+
+    return PolicyScheduler.from_checkpoint(name, ctx)
+
+
 # Resolvers for names that are not baselines (e.g. checkpoint paths of learned policies).
-RESOLVERS: list[Callable[[str, SchedulerContext], Scheduler | None]] = []
+RESOLVERS: list[Callable[[str, SchedulerContext], Scheduler | None]] = [_checkpoint]
 
 
 def make_scheduler(name: str, ctx: SchedulerContext | None = None) -> Scheduler:
@@ -40,7 +52,8 @@ def make_scheduler(name: str, ctx: SchedulerContext | None = None) -> Scheduler:
         sched = resolve(name, ctx)
         if sched is not None:
             return sched
-    raise ValueError(f"unknown policy {name!r}; baselines: {', '.join(sorted(BASELINES))}")
+    raise ValueError(f"unknown policy {name!r}; baselines: {', '.join(sorted(BASELINES))}, "
+                     "or a checkpoint path (*.pt)")
 
 
 __all__ = ["BASELINES", "RESOLVERS", "Placement", "Scheduler", "SchedulerContext",

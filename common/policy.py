@@ -1,0 +1,201 @@
+"""The size-independent node-scoring policy, its checkpoints and its scorer adapter.
+
+Network (:class:`NodeScoringPolicy`): a shared encoder ``phi`` turns each candidate node's
+features, concatenated with the pod's features and the cluster context, into an embedding;
+a DeepSets pool (masked mean and max over the feasible nodes) summarises the cluster; a
+shared head scores each node from ``[phi_n, pool]`` (the logits of a categorical over the
+feasible nodes) and the critic reads ``[pool, pod, context]``. No parameter depends on the
+number of nodes: the same weights score a 10-node and a 1500-node cluster, and clusters of
+any size average into one model.
+
+Checkpoints (:func:`save_checkpoint` / :func:`load_checkpoint`) hold the weights and the
+metadata needed to rebuild the exact scorer: feature schema version and names, algorithm,
+hyper-parameters, a hash of the training data and the training workload's typical pods
+(the fragmentation features need them). Loading a checkpoint written with another feature
+schema fails with a clear message.
+
+:class:`PolicyScheduler` adapts a policy to the scorer interface, so the simulator, the
+evaluation and the extender call it exactly like a baseline (``fedsched evaluate --policy
+DIR/checkpoint.pt``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .cluster import ClusterState, Pod, PodTable
+from .features import CONTEXT_FEATURES, FEATURE_SCHEMA_VERSION, NODE_FEATURES, POD_FEATURES, FeatureBuilder
+from .fragmentation import TypicalPods
+from .schedulers.base import Scheduler, SchedulerContext
+
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Network shape."""
+
+    hidden: int = 64  # width of every hidden layer
+    n_node: int = len(NODE_FEATURES)  # node feature count (fixed by the schema)
+    n_pod: int = len(POD_FEATURES)
+    n_ctx: int = len(CONTEXT_FEATURES)
+
+
+def _mlp(n_in: int, hidden: int, n_out: int, std_out: float = 1.0) -> nn.Sequential:
+    layers = [nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, n_out)]
+    for layer in layers:
+        if isinstance(layer, nn.Linear):
+            nn.init.orthogonal_(layer.weight, np.sqrt(2))
+            nn.init.zeros_(layer.bias)
+    nn.init.orthogonal_(layers[-1].weight, std_out)
+    return nn.Sequential(*layers)
+
+
+class NodeScoringPolicy(nn.Module):
+    """Per-node logits and a state value from padded, masked node sets."""
+
+    def __init__(self, cfg: PolicyConfig | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg = cfg or PolicyConfig()
+        h = cfg.hidden
+        self.encoder = nn.Sequential(_mlp(cfg.n_node + cfg.n_pod + cfg.n_ctx, h, h), nn.Tanh())
+        self.head = _mlp(3 * h, h, 1, std_out=0.01)
+        self.critic = _mlp(2 * h + cfg.n_pod + cfg.n_ctx, h, 1, std_out=1.0)
+
+    def forward(self, nodes: torch.Tensor, pod: torch.Tensor, ctx: torch.Tensor,
+                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """nodes [B, N, F], pod [B, P], ctx [B, C], mask [B, N] bool -> logits [B, N], value [B]."""
+        b, n, _ = nodes.shape
+        glob = torch.cat([pod, ctx], dim=-1)
+        x = torch.cat([nodes, glob[:, None, :].expand(b, n, glob.shape[-1])], dim=-1)
+        h = self.encoder(x)
+        m = mask[..., None].to(h.dtype)
+        count = m.sum(dim=1).clamp(min=1.0)
+        mean = (h * m).sum(dim=1) / count
+        mx = torch.where(mask[..., None], h, torch.full_like(h, -1e4)).max(dim=1).values
+        mx = torch.where(mask.any(dim=1, keepdim=True), mx, torch.zeros_like(mx))
+        pooled = torch.cat([mean, mx], dim=-1)
+        logits = self.head(torch.cat([h, pooled[:, None, :].expand(b, n, pooled.shape[-1])], dim=-1))[..., 0]
+        logits = torch.where(mask, logits, torch.full_like(logits, -1e9))
+        value = self.critic(torch.cat([pooled, glob], dim=-1))[..., 0]
+        return logits, value
+
+
+# ---- checkpoints ---------------------------------------------------------------------------
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used (wrong schema, corrupt, not a fedsched file)."""
+
+
+def data_hash(*tables: PodTable) -> str:
+    """A short stable hash of pod tables (names and requests): which data a policy saw."""
+    h = hashlib.sha256()
+    for t in tables:
+        h.update("\n".join(t.names).encode())
+        for a in (t.cpu, t.mem, t.num_gpu, t.gpu_milli, t.spec_mask):
+            h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def typical_to_dict(t: TypicalPods | None) -> dict[str, list] | None:
+    if t is None:
+        return None
+    return {k: getattr(t, k).tolist() for k in ("cpu", "gpu_milli", "num_gpu", "spec_mask", "freq")}
+
+
+def typical_from_dict(d: dict[str, list] | None) -> TypicalPods | None:
+    if d is None:
+        return None
+    return TypicalPods(**{k: np.asarray(v, dtype=np.float64 if k == "freq" else np.int64)
+                          for k, v in d.items()})
+
+
+def save_checkpoint(path: str | Path, policy: NodeScoringPolicy, *, algorithm: str,
+                    hyperparameters: dict[str, Any], typical: TypicalPods | None, data: str,
+                    extra: dict[str, Any] | None = None, optimizer: dict | None = None) -> Path:
+    """Write weights + metadata atomically (a crash never leaves a half-written file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "format": CHECKPOINT_FORMAT, "feature_schema": FEATURE_SCHEMA_VERSION,
+        "node_features": list(NODE_FEATURES), "pod_features": list(POD_FEATURES),
+        "context_features": list(CONTEXT_FEATURES), "algorithm": algorithm,
+        "hyperparameters": hyperparameters, "policy": asdict(policy.cfg),
+        "typical_pods": typical_to_dict(typical), "data_hash": data,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {}),
+    }
+    blob = {"meta": meta, "state_dict": policy.state_dict()}
+    if optimizer is not None:
+        blob["optimizer"] = optimizer
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(blob, tmp)
+    tmp.replace(path)
+    return path
+
+
+def load_checkpoint(path: str | Path) -> tuple[NodeScoringPolicy, dict[str, Any], dict | None]:
+    """(policy, metadata, optimizer state or None); raises CheckpointError if unusable."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for a bad file
+        raise CheckpointError(f"{path}: not a readable fedsched checkpoint ({e.__class__.__name__})") from e
+    if not isinstance(blob, dict) or "meta" not in blob or "state_dict" not in blob:
+        raise CheckpointError(f"{path}: not a fedsched checkpoint (no metadata)")
+    meta = blob["meta"]
+    schema_ok = meta.get("feature_schema") == FEATURE_SCHEMA_VERSION
+    if not schema_ok or meta.get("node_features") != list(NODE_FEATURES):
+        raise CheckpointError(
+            f"{path}: written with feature schema {meta.get('feature_schema')} "
+            f"({len(meta.get('node_features', []))} node features), this fedsched uses schema "
+            f"{FEATURE_SCHEMA_VERSION} ({len(NODE_FEATURES)} node features); retrain or use a "
+            "matching fedsched version")
+    policy = NodeScoringPolicy(PolicyConfig(**meta["policy"]))
+    policy.load_state_dict(blob["state_dict"])
+    policy.eval()
+    return policy, meta, blob.get("optimizer")
+
+
+# ---- the scorer adapter --------------------------------------------------------------------
+
+class PolicyScheduler(Scheduler):
+    """A node-scoring policy behind the scorer interface (greedy: the highest logit wins)."""
+
+    name = "policy"
+
+    def __init__(self, policy: NodeScoringPolicy, typical: TypicalPods | None,
+                 ctx: SchedulerContext | None = None, name: str | None = None) -> None:
+        super().__init__(ctx)
+        # Scoring one pod is a few small matrix products: extra threads only add overhead
+        # (and fight the evaluation's worker processes for cores).
+        torch.set_num_threads(1)
+        self.policy = policy.eval()
+        self.features = FeatureBuilder(typical)
+        if name:
+            self.name = name
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, ctx: SchedulerContext | None = None) -> PolicyScheduler:
+        policy, meta, _ = load_checkpoint(path)
+        return cls(policy, typical_from_dict(meta.get("typical_pods")), ctx, name=str(path))
+
+    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
+        f = self.features.build(state, pod, nodes)
+        with torch.inference_mode():
+            logits, _ = self.policy(torch.from_numpy(f.nodes)[None], torch.from_numpy(f.pod)[None],
+                                    torch.from_numpy(f.context)[None],
+                                    torch.ones(1, len(nodes), dtype=torch.bool))
+        return logits[0].double().numpy()
+
+    def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
+        return self.features.select_gpus(state, pod, node)
