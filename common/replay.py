@@ -13,7 +13,8 @@ present at the start: it arrives at 0 (plus jitter) and runs until its deletion 
 cluster snapshot at ``t0``); pods gone by ``t0`` or created at or after the end of
 ``window_s`` are dropped. Durations are multiplied by ``duration_scale``; with
 ``target_load`` set, ``duration_scale`` is instead solved (bisection) so that the
-time-averaged *requested* load over ``[0, end]`` is ``target_load`` x capacity, counting
+time-averaged *requested* load over ``[0, end]`` (``[0, last arrival]`` when the run has
+no finite end) is ``target_load`` x capacity, counting
 each pod from its arrival to ``min(arrival + duration, end)`` (queueing ignored). The
 measure is GPU milli when the cluster has GPUs, CPU milli otherwise (as in packing
 mode), over every node, spares included. The openb traces are ~0.2% loaded as recorded,
@@ -271,7 +272,7 @@ class ReplayWorkload:
     duration: np.ndarray  # float64 sim seconds from start to departure; inf = never leaves
     duration_scale: float  # the scale applied (solved when target_load is set)
     end: float  # end of the run (sim seconds); inf = until idle
-    offered_load: float  # mean requested load over [0, end] / capacity (NaN if end is 0 or inf)
+    offered_load: float  # mean requested load / capacity over [0, end] ([0, last arrival] if end is inf)
 
 
 def _measure(pods: PodTable, nodes: NodeTable) -> tuple[np.ndarray, float]:
@@ -320,18 +321,18 @@ def replay_workload(pods: PodTable, nodes: NodeTable, config: ReplayConfig,
     size, cap = _measure(pods, nodes)
     size = size[rows]
     scale = float(cfg.duration_scale)
-    finite_end = 0 < end < math.inf and cap > 0
+    span = end if end < math.inf else last  # the load is measured over [0, span]
+    finite_end = span > 0 and cap > 0
     if cfg.target_load is not None:
         if not finite_end:
-            raise ValueError("target_load needs a run with a finite positive end (horizon_s or arrivals "
-                             "spread over time)")
+            raise ValueError("target_load needs arrivals spread over time or a positive finite horizon_s")
         lo_s, hi_s = 1e-9, 1e12
-        if _offered(size, arrival, dur * hi_s, end, cap) <= cfg.target_load:
+        if _offered(size, arrival, dur * hi_s, span, cap) <= cfg.target_load:
             scale = hi_s
         else:
             for _ in range(200):  # bisection in log space
                 mid = math.sqrt(lo_s * hi_s)
-                if _offered(size, arrival, dur * mid, end, cap) < cfg.target_load:
+                if _offered(size, arrival, dur * mid, span, cap) < cfg.target_load:
                     lo_s = mid
                 else:
                     hi_s = mid
@@ -339,7 +340,7 @@ def replay_workload(pods: PodTable, nodes: NodeTable, config: ReplayConfig,
                     break
             scale = hi_s
     dur = dur * scale
-    offered = _offered(size, arrival, dur, end, cap) if finite_end else float("nan")
+    offered = _offered(size, arrival, dur, span, cap) if finite_end else float("nan")
     return ReplayWorkload(pod=rows.astype(np.int64), arrival=arrival, duration=dur,
                           duration_scale=scale, end=end, offered_load=offered)
 

@@ -1,0 +1,82 @@
+"""``fedsched train``: train a scheduling policy in the simulator."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from fedsched.common.traces import load_nodes, load_pods, resolve_path
+
+DEFAULT_NODES = "builtin:openb_node_list_gpu_node.csv"
+DEFAULT_PODS = "builtin:openb_pod_list_default.csv"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a policy in the simulator", description=__doc__,
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--algo", choices=("ppo",), default="ppo")
+    p.add_argument("--nodes", default=DEFAULT_NODES, help="nodes CSV (openb schema) or builtin:NAME")
+    p.add_argument("--pods", default=DEFAULT_PODS, help="pods CSV (openb schema) or builtin:NAME")
+    p.add_argument("--mode", choices=("packing", "replay"), default="packing")
+    p.add_argument("--steps", type=int, default=200_000, help="pod decisions to train on")
+    p.add_argument("--out", required=True, help="run directory (logs, checkpoints)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    p.add_argument("--init", help="start from this checkpoint's weights")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--num-envs", type=int, default=4)
+    p.add_argument("--num-steps", type=int, default=256, help="decisions per env per rollout")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--slice-nodes", type=int, default=200, help="nodes per training slice (0: all)")
+    p.add_argument("--eval-nodes", type=int, default=400, help="nodes in the held-out eval slice (0: all)")
+    p.add_argument("--eval-every", type=int, default=10, help="updates between evaluations (0: never)")
+    p.add_argument("--checkpoint-every", type=int, default=10, help="updates between checkpoints")
+    p.add_argument("--target-load", type=float, default=1.3)
+    p.add_argument("--test-fraction", type=float, default=0.3)
+    p.add_argument("--time-budget", type=float, default=None, help="stop after this many minutes")
+    p.add_argument("--allow-oversized", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .ppo import PPOConfig
+    from .training import TrainSpec, run_training
+
+    if args.steps < 1 or args.num_envs < 1 or args.num_steps < 1:
+        raise ValueError("--steps, --num-envs and --num-steps must be positive")
+    nodes = load_nodes(resolve_path(args.nodes))
+    pods = load_pods(resolve_path(args.pods), nodes, allow_oversized=args.allow_oversized)
+    spec = TrainSpec(
+        nodes=nodes, pods=pods, out=Path(args.out), mode=args.mode,
+        ppo=PPOConfig(total_steps=args.steps, num_steps=args.num_steps, learning_rate=args.lr,
+                      hidden=args.hidden, seed=args.seed),
+        num_envs=args.num_envs, slice_nodes=args.slice_nodes, target_load=args.target_load,
+        test_fraction=args.test_fraction, eval_every=args.eval_every, eval_nodes=args.eval_nodes,
+        checkpoint_every=args.checkpoint_every, resume=args.resume,
+        init=Path(args.init) if args.init else None,
+        time_budget_s=args.time_budget * 60 if args.time_budget else None,
+    )
+    bar: tqdm | None = None
+
+    def progress(row: dict, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, initial=int(row["update"]) - 1, unit="update", file=sys.stderr)
+        bar.update(1)
+        post = {"sps": f"{row['steps_per_s']:.0f}", "kl": f"{row['approx_kl']:.3f}"}
+        for k, v in row.items():
+            if k.startswith("eval_"):
+                post["eval"] = f"{v:.2f}"
+        bar.set_postfix(post)
+
+    print(f"training {args.algo} on {len(nodes)} nodes / {len(pods)} pods ({args.mode}), "
+          f"{args.steps} steps -> {args.out}", file=sys.stderr)
+    summary = run_training(spec, progress=progress)
+    if bar is not None:
+        bar.close()
+    print(json.dumps(summary, indent=2, default=float))
+    return 0

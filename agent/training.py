@@ -1,0 +1,235 @@
+"""A training run: data split, training clusters, PPO, logs, checkpoints, evaluation.
+
+``run_training`` is what ``fedsched train`` calls (and what a federated member reuses):
+
+- the pod list is split by a stable hash of pod names; training sees only the train part,
+  and the typical pods the fragmentation features use come from it;
+- each environment is a member cluster or a random slice of ``slice_nodes`` nodes of it
+  (seeded), so episodes are short and the policy sees clusters of several shapes; the
+  policy is size-independent, so it is then judged on the whole cluster;
+- a held-out evaluation (a different slice, the *test* pods, a fixed seed, greedy
+  decisions) runs every ``eval_every`` updates beside BestFit on the same workload;
+- logs: ``progress.csv`` (one row per update), ``episodes.csv`` (finished training
+  episodes), TensorBoard events under ``tb/``; checkpoints: ``checkpoint.pt`` (latest, with
+  the optimiser state for ``--resume``) every ``checkpoint_every`` updates and at the end,
+  ``best.pt`` at the best evaluation.
+
+A resumed run continues the update count, learning-rate schedule and optimiser state;
+its environments start fresh episodes, so it is not bit-identical to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedsched.common.cluster import NodeTable, PodTable
+from fedsched.common.fragmentation import TypicalPods
+from fedsched.common.packing import run_packing
+from fedsched.common.policy import (
+    PolicyScheduler,
+    data_hash,
+    load_checkpoint,
+    save_checkpoint,
+)
+from fedsched.common.schedulers import SchedulerContext, make_scheduler
+from fedsched.common.traces import split_by_hash
+
+from .env import EnvConfig, SchedulingEnv
+from .ppo import PPOConfig, PPOTrainer
+
+
+@dataclass
+class TrainSpec:
+    """What to train on and how to run it."""
+
+    nodes: NodeTable
+    pods: PodTable
+    out: Path
+    mode: str = "packing"  # packing | replay
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    num_envs: int = 4  # environments stepped in lockstep
+    slice_nodes: int = 200  # nodes per training cluster slice (0: whole cluster)
+    target_load: float = 1.3  # packing: arrived requests as a multiple of capacity
+    test_fraction: float = 0.3  # hash split; the test part is never trained on
+    eval_every: int = 10  # updates between held-out evaluations (0: never)
+    eval_nodes: int = 400  # nodes in the evaluation slice (0: whole cluster)
+    eval_seed: int = 2024  # workload seed of the evaluation run
+    checkpoint_every: int = 10  # updates between checkpoints
+    resume: bool = False  # continue from out/checkpoint.pt
+    init: Path | None = None  # start from these weights (e.g. a behaviour-cloning checkpoint)
+    time_budget_s: float | None = None  # stop after this much wall time
+    replay: dict[str, Any] = field(default_factory=dict)  # ReplayConfig fields for replay mode
+
+
+def slice_cluster(nodes: NodeTable, k: int, seed: int) -> NodeTable:
+    """``k`` nodes drawn without replacement (all when k <= 0 or k >= size), in id order."""
+    if k <= 0 or k >= len(nodes):
+        return nodes
+    idx = np.sort(np.random.default_rng(seed).choice(len(nodes), k, replace=False))
+    return nodes.select(idx)
+
+
+def fits_somewhere(pods: PodTable, nodes: NodeTable) -> PodTable:
+    """The pods an empty node of ``nodes`` can hold (slices may lack a pod's GPU model)."""
+    keep = np.zeros(len(pods), dtype=bool)
+    for i in range(len(pods)):
+        ok = (nodes.cpu >= pods.cpu[i]) & (nodes.mem >= pods.mem[i]) & (nodes.gpu >= pods.num_gpu[i])
+        if pods.num_gpu[i] and pods.spec_mask[i]:
+            ok &= (nodes.model >= 0) & (((pods.spec_mask[i] >> np.maximum(nodes.model, 0)) & 1) == 1)
+        keep[i] = ok.any()
+    return pods.select(np.flatnonzero(keep))
+
+
+def eval_metric_name(nodes: NodeTable, mode: str) -> str:
+    if mode == "replay":
+        return "frag_ratio"
+    return "gpu_alloc_at_target" if nodes.total_gpu_milli else "alloc_cpu"
+
+
+class _CsvLog:
+    def __init__(self, path: Path, append: bool) -> None:
+        self.path, self.append, self.fields = path, append and path.exists(), None
+
+    def write(self, row: dict[str, Any]) -> None:
+        if self.fields is None:
+            if self.append:
+                with self.path.open() as f:
+                    self.fields = next(csv.reader(f), None)
+            if not self.fields:
+                self.fields = list(row)
+                with self.path.open("w", newline="") as f:
+                    csv.writer(f).writerow(self.fields)
+        with self.path.open("a", newline="") as f:
+            csv.writer(f).writerow([row.get(k, "") for k in self.fields])
+
+
+def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
+    """Train a policy with PPO; returns a summary (also written to out/summary.json)."""
+    out = Path(spec.out)
+    out.mkdir(parents=True, exist_ok=True)
+    train, test = split_by_hash(spec.pods, spec.test_fraction)
+    typical = TypicalPods.from_pods(train)
+    env_cfg = dict(mode=spec.mode, target_load=spec.target_load, replay=spec.replay)
+    clusters = [slice_cluster(spec.nodes, spec.slice_nodes, spec.ppo.seed * 7919 + i)
+                for i in range(spec.num_envs)]
+    n_max = max(len(c) for c in clusters)
+    envs = [SchedulingEnv(c, fits_somewhere(train, c), typical=typical,
+                          config=EnvConfig(max_nodes=n_max, **env_cfg), seed=spec.ppo.seed * 100 + i)
+            for i, c in enumerate(clusters)]
+    hyper = {**asdict(spec.ppo), "num_envs": spec.num_envs, "slice_nodes": spec.slice_nodes,
+             "mode": spec.mode, "target_load": spec.target_load, "test_fraction": spec.test_fraction}
+    meta_common = dict(algorithm="ppo", hyperparameters=hyper, typical=typical, data=data_hash(train))
+
+    policy, resume_state = None, None
+    ckpt = out / "checkpoint.pt"
+    if spec.resume:
+        if not ckpt.exists():
+            raise FileNotFoundError(f"--resume: no checkpoint at {ckpt}")
+        policy, meta, resume_state = load_checkpoint(ckpt)
+        if meta.get("data_hash") != meta_common["data"]:
+            raise ValueError(f"--resume: {ckpt} was trained on other data ({meta.get('data_hash')}); "
+                             "use a new --out directory")
+    elif spec.init is not None:
+        policy, _, _ = load_checkpoint(spec.init)
+    trainer = PPOTrainer(envs, spec.ppo, policy)
+    if resume_state is not None:
+        trainer.load_state_dict(resume_state)
+
+    # Held-out evaluation: another slice, the test pods, a fixed workload seed.
+    eval_nodes = slice_cluster(spec.nodes, spec.eval_nodes, spec.eval_seed)
+    eval_pods = fits_somewhere(test, eval_nodes)
+    metric = eval_metric_name(eval_nodes, spec.mode)
+
+    def evaluate_policy(sched) -> float:
+        if spec.mode == "replay":
+            from fedsched.common.replay import ReplayConfig, run_replay
+
+            res = run_replay(eval_nodes, eval_pods, sched, config=ReplayConfig(**spec.replay),
+                             seed=spec.eval_seed, typical=typical)
+        else:
+            res = run_packing(eval_nodes, eval_pods, sched, target_load=spec.target_load,
+                              seed=spec.eval_seed, typical=typical)
+        return float(res.metrics[metric])
+
+    reference = {}
+    if spec.eval_every:
+        for name in ("best-fit", "fgd", "kube-default"):
+            ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(spec.eval_seed))
+            reference[name] = evaluate_policy(make_scheduler(name, ctx))
+
+    tb = None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+
+        tb = SummaryWriter(str(out / "tb"))
+    except ImportError:  # tensorboard is optional at run time; CSV logs always exist
+        pass
+    prog_log = _CsvLog(out / "progress.csv", append=spec.resume)
+    ep_log = _CsvLog(out / "episodes.csv", append=spec.resume)
+    higher_better = metric != "frag_ratio"
+    best = {"value": -np.inf if higher_better else np.inf, "update": 0}
+    t_start = time.time()
+    (out / "run.json").write_text(json.dumps({"spec": {k: str(v) for k, v in asdict(spec).items()
+                                                        if k not in ("nodes", "pods")},
+                                              "metric": metric, "reference": reference,
+                                              "n_nodes": len(spec.nodes), "train_pods": len(train),
+                                              "test_pods": len(test)}, indent=2))
+
+    def save(path: Path) -> None:
+        save_checkpoint(path, trainer.policy, optimizer=trainer.state_dict(),
+                        extra={"global_step": trainer.global_step, "update": trainer.update,
+                               "eval_metric": metric, "best_eval": best}, **meta_common)
+
+    def on_episode(m: dict[str, float]) -> None:
+        row = {"global_step": m.get("global_step"), "env": m.get("env"),
+               "episode_return": m.get("episode_return"), metric: m.get(metric),
+               "failed_pods": m.get("failed_pods"), "wall_s": round(time.time() - t_start, 1)}
+        ep_log.write(row)
+        if tb is not None and m.get(metric) is not None:
+            tb.add_scalar(f"episode/{metric}", m[metric], int(m["global_step"]))
+            tb.add_scalar("episode/return", m["episode_return"], int(m["global_step"]))
+
+    def on_update(stats: dict[str, float]) -> None:
+        u = int(stats["update"])
+        row = dict(stats)
+        row["wall_s"] = round(time.time() - t_start, 1)
+        if spec.eval_every and (u % spec.eval_every == 0 or u == trainer.num_updates):
+            value = evaluate_policy(PolicyScheduler(trainer.policy, typical))
+            trainer.policy.train()
+            row[f"eval_{metric}"] = value
+            for k, v in reference.items():
+                row[f"ref_{k}"] = v
+            better = value > best["value"] if higher_better else value < best["value"]
+            if better:
+                best.update(value=value, update=u)
+                save(out / "best.pt")
+        if u % spec.checkpoint_every == 0 or u == trainer.num_updates:
+            save(ckpt)
+        prog_log.write(row)
+        if tb is not None:
+            for k, v in row.items():
+                if isinstance(v, int | float) and k not in ("update", "global_step"):
+                    tb.add_scalar(f"train/{k}", v, int(stats["global_step"]))
+        if progress is not None:
+            progress(row, trainer.num_updates)
+
+    def stop() -> bool:
+        return spec.time_budget_s is not None and time.time() - t_start > spec.time_budget_s
+
+    trainer.train(on_update=on_update, on_episode=on_episode, stop=stop)
+    save(ckpt)
+    if tb is not None:
+        tb.close()
+    summary = {"metric": metric, "best_eval": best, "reference": reference,
+               "global_step": trainer.global_step, "updates": trainer.update,
+               "wall_s": round(time.time() - t_start, 1), "checkpoint": str(ckpt),
+               "best_checkpoint": str(out / "best.pt") if (out / "best.pt").exists() else None}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    return summary
