@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         bar.update(1)
         post = {"sps": f"{row['steps_per_s']:.0f}", "kl": f"{row['approx_kl']:.3f}"}
         for k, v in row.items():
-            if k.startswith("eval_"):
+            if k.startswith("eval_") and v != "":
                 post["eval"] = f"{v:.2f}"
         bar.set_postfix(post)
 

@@ -200,6 +200,9 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
         u = int(stats["update"])
         row = dict(stats)
         row["wall_s"] = round(time.time() - t_start, 1)
+        # Fixed columns: evaluation cells stay empty on updates without an evaluation.
+        row[f"eval_{metric}"] = ""
+        row.update({f"ref_{k}": "" for k in reference})
         if spec.eval_every and (u % spec.eval_every == 0 or u == trainer.num_updates):
             value = evaluate_policy(PolicyScheduler(trainer.policy, typical))
             trainer.policy.train()
@@ -215,7 +218,7 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
         prog_log.write(row)
         if tb is not None:
             for k, v in row.items():
-                if isinstance(v, int | float) and k not in ("update", "global_step"):
+                if isinstance(v, int | float) and not isinstance(v, bool) and k not in ("update", "global_step"):
                     tb.add_scalar(f"train/{k}", v, int(stats["global_step"]))
         if progress is not None:
             progress(row, trainer.num_updates)

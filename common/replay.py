@@ -453,6 +453,7 @@ class ReplaySimulator:
         self._s_node = np.zeros(n_pods, dtype=np.int64)
         self._s_pod = np.zeros(n_pods, dtype=np.int64)
         self._s_off = np.zeros(n_pods, dtype=np.int64)
+        self._eps_buf = np.zeros((2, n_pods))
         self._slot = [-1] * n_pods  # slot of a running pod, -1 when not running
         self._n_active = 0
         self._inv_cap100 = 100.0 / self._cap_cpu
@@ -766,7 +767,9 @@ class ReplaySimulator:
             sf = self._sf
             j = self._s_off[:k] + self._tick_no
             j &= NOISE_TABLE_LEN - 1
-            eps = np.take(self._noise, j, axis=1)  # np.take: far faster than fancy indexing
+            eps = self._eps_buf[:, :k]
+            np.take(self._noise[0], j, out=eps[0])  # np.take: far faster than fancy indexing
+            np.take(self._noise[1], j, out=eps[1])
             eps += 1.0
             eps *= sf[_BASE:_BASE + 2, :k]
             arg = sf[_OMEGA, :k] * now
