@@ -218,7 +218,8 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
         prog_log.write(row)
         if tb is not None:
             for k, v in row.items():
-                if isinstance(v, int | float) and not isinstance(v, bool) and k not in ("update", "global_step"):
+                numeric = isinstance(v, int | float) and not isinstance(v, bool)
+                if numeric and k not in ("update", "global_step"):
                     tb.add_scalar(f"train/{k}", v, int(stats["global_step"]))
         if progress is not None:
             progress(row, trainer.num_updates)
