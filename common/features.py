@@ -116,11 +116,10 @@ class FeatureBuilder:
         gpu_choice = np.full(k, -1, dtype=np.int64)
         if fm is not None:
             model = nt.model[nodes]
-            rows, gpus, delta = placement_deltas(fm, cpu_left, free, model, pod.cpu_nonzero,
-                                                 pod.num_gpu, pod.gpu_milli)
+            rows, gpus, delta, frag_before = placement_deltas(fm, cpu_left, free, model, pod.cpu_nonzero,
+                                                              pod.num_gpu, pod.gpu_milli)
             frag_removed, gpu_choice = best_per_node(k, rows, gpus, delta)
             frag_removed = np.where(np.isfinite(frag_removed), frag_removed, 0.0)
-            frag_before = fm.node_frag(cpu_left, free, model)
         else:
             frag_removed = np.zeros(k)
             frag_before = np.zeros(k)
@@ -177,7 +176,7 @@ class FeatureBuilder:
         fm = self.frag_model(state)
         assert fm is not None
         one = np.array([node])
-        rows, gpus, delta = placement_deltas(fm, state.nodes.cpu[one] - state.cpu_req[one],
+        rows, gpus, delta, _ = placement_deltas(fm, state.nodes.cpu[one] - state.cpu_req[one],
                                              state.gpu_free[one], state.nodes.model[one],
                                              pod.cpu_nonzero, pod.num_gpu, pod.gpu_milli)
         return int(best_per_node(1, rows, gpus, delta)[1][0])

@@ -92,9 +92,20 @@ class FragmentationModel:
         idle = gpu_left.sum(axis=1).astype(np.float64)
         if len(self.freq) == 0:
             return idle
-        ge = gpu_left[:, :, None] >= self.thresholds[None, None, :]  # [K, G, J]
-        cnt_ge = ge.sum(axis=1)[:, self.class_threshold]  # [K, C]
-        sum_ge = (gpu_left[:, :, None] * ge).sum(axis=1)[:, self.class_threshold]
+        # Count and sum, per threshold, the GPUs with at least that free share. A loop over
+        # the (at most 8) GPU slots of [K, J] arrays beats reducing a [K, G, J] array.
+        thr = self.thresholds[None, :]
+        cnt = np.zeros((len(gpu_left), len(self.thresholds)), dtype=np.int64)
+        tot = np.zeros_like(cnt)
+        for g in range(gpu_left.shape[1]):
+            col = gpu_left[:, g:g + 1]
+            if not col.any():
+                continue
+            ge = col >= thr
+            cnt += ge
+            tot += ge * col
+        cnt_ge = cnt[:, self.class_threshold]  # [K, C]
+        sum_ge = tot[:, self.class_threshold]
         fits = (cnt_ge >= self.num) & (cpu_left[:, None] >= self.cpu) & self.type_ok[model + 1]
         return idle - (fits * sum_ge) @ self.freq
 
@@ -113,7 +124,7 @@ def fragmentation_ratio(cpu_free: np.ndarray, cpu_cap: np.ndarray, mem_free: np.
 
 def placement_deltas(fm: FragmentationModel, cpu_left: np.ndarray, free: np.ndarray, model: np.ndarray,
                      pod_cpu: int, num_gpu: int, gpu_milli: int,
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Fragmentation removed by placing a pod, per candidate placement.
 
     Inputs are the candidate nodes' states (``cpu_left[K]``, ``free[K, G]``, ``model[K]``)
@@ -123,7 +134,8 @@ def placement_deltas(fm: FragmentationModel, cpu_left: np.ndarray, free: np.ndar
     A sharing pod has one candidate per distinct free share among the node's fitting
     GPUs (equal shares give equal results; the lowest index stands for them), in node
     order then GPU index order. Whole-GPU pods take fully free GPUs (which ones does not
-    change ``F``); CPU-only pods change only the CPU left.
+    change ``F``); CPU-only pods change only the CPU left. The fourth array is ``F`` of each
+    node now.
     """
     before = fm.node_frag(cpu_left, free, model)
     cpu_after = cpu_left - pod_cpu
@@ -135,14 +147,14 @@ def placement_deltas(fm: FragmentationModel, cpu_left: np.ndarray, free: np.ndar
             taken = full & (np.cumsum(full, axis=1) <= num_gpu)
             after_free = np.where(taken, 0, free)
         rows = np.arange(len(free))
-        return rows, np.full(len(free), -1), before - fm.node_frag(cpu_after, after_free, model)
+        return rows, np.full(len(free), -1), before - fm.node_frag(cpu_after, after_free, model), before
     g = free.shape[1]
     earlier_equal = np.tril(np.ones((g, g), dtype=bool), k=-1)  # [i, j]: j < i
     dup = ((free[:, :, None] == free[:, None, :]) & earlier_equal[None]).any(axis=2)
     rows, gpus = np.nonzero((free >= gpu_milli) & ~dup)  # row-major: node order, then GPU index
     after_free = free[rows].copy()
     after_free[np.arange(len(rows)), gpus] -= gpu_milli
-    return rows, gpus, before[rows] - fm.node_frag(cpu_after[rows], after_free, model[rows])
+    return rows, gpus, before[rows] - fm.node_frag(cpu_after[rows], after_free, model[rows]), before
 
 
 def best_per_node(n: int, rows: np.ndarray, gpus: np.ndarray,

@@ -49,44 +49,78 @@ class PolicyConfig:
     n_ctx: int = len(CONTEXT_FEATURES)
 
 
-def _mlp(n_in: int, hidden: int, n_out: int, std_out: float = 1.0) -> nn.Sequential:
-    layers = [nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, n_out)]
-    for layer in layers:
-        if isinstance(layer, nn.Linear):
-            nn.init.orthogonal_(layer.weight, np.sqrt(2))
-            nn.init.zeros_(layer.bias)
-    nn.init.orthogonal_(layers[-1].weight, std_out)
-    return nn.Sequential(*layers)
+def _linear(n_in: int, n_out: int, std: float = float(np.sqrt(2)), bias: bool = True) -> nn.Linear:
+    layer = nn.Linear(n_in, n_out, bias=bias)
+    nn.init.orthogonal_(layer.weight, std)
+    if bias:
+        nn.init.zeros_(layer.bias)
+    return layer
 
 
 class NodeScoringPolicy(nn.Module):
-    """Per-node logits and a state value from padded, masked node sets."""
+    """Per-node logits and a state value from padded, masked node sets.
+
+    The first layer of the encoder and of the head act on concatenations
+    (``[node, pod, context]`` and ``[phi_n, pool]``); they are split into a per-node part and
+    a shared part computed once per pod, which is the same function with less work.
+    """
 
     def __init__(self, cfg: PolicyConfig | None = None) -> None:
         super().__init__()
         self.cfg = cfg = cfg or PolicyConfig()
-        h = cfg.hidden
-        self.encoder = nn.Sequential(_mlp(cfg.n_node + cfg.n_pod + cfg.n_ctx, h, h), nn.Tanh())
-        self.head = _mlp(3 * h, h, 1, std_out=0.01)
-        self.critic = _mlp(2 * h + cfg.n_pod + cfg.n_ctx, h, 1, std_out=1.0)
+        h, n_glob = cfg.hidden, cfg.n_pod + cfg.n_ctx
+        self.enc_node = _linear(cfg.n_node, h)
+        self.enc_glob = _linear(n_glob, h, bias=False)
+        self.enc_out = _linear(h, h)
+        self.head_node = _linear(h, h)
+        self.head_pool = _linear(2 * h, h, bias=False)
+        self.head_out = _linear(h, 1, std=0.01)
+        self.critic = nn.Sequential(_linear(2 * h + n_glob, h), nn.Tanh(), _linear(h, 1, std=1.0))
 
     def forward(self, nodes: torch.Tensor, pod: torch.Tensor, ctx: torch.Tensor,
                 mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """nodes [B, N, F], pod [B, P], ctx [B, C], mask [B, N] bool -> logits [B, N], value [B]."""
-        b, n, _ = nodes.shape
         glob = torch.cat([pod, ctx], dim=-1)
-        x = torch.cat([nodes, glob[:, None, :].expand(b, n, glob.shape[-1])], dim=-1)
-        h = self.encoder(x)
+        h = torch.tanh(self.enc_node(nodes) + self.enc_glob(glob)[:, None, :])
+        h = torch.tanh(self.enc_out(h))
         m = mask[..., None].to(h.dtype)
-        count = m.sum(dim=1).clamp(min=1.0)
-        mean = (h * m).sum(dim=1) / count
+        mean = (h * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
         mx = torch.where(mask[..., None], h, torch.full_like(h, -1e4)).max(dim=1).values
         mx = torch.where(mask.any(dim=1, keepdim=True), mx, torch.zeros_like(mx))
         pooled = torch.cat([mean, mx], dim=-1)
-        logits = self.head(torch.cat([h, pooled[:, None, :].expand(b, n, pooled.shape[-1])], dim=-1))[..., 0]
+        z = torch.tanh(self.head_node(h) + self.head_pool(pooled)[:, None, :])
+        logits = self.head_out(z)[..., 0]
         logits = torch.where(mask, logits, torch.full_like(logits, -1e9))
         value = self.critic(torch.cat([pooled, glob], dim=-1))[..., 0]
         return logits, value
+
+    def score_numpy(self, nodes: np.ndarray, pod: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+        """Logits for one pod over all given (feasible) nodes, in numpy float32.
+
+        The same function as ``forward`` without torch's per-operation overhead, which
+        dominates at serving sizes (hundreds of nodes, one pod at a time).
+        """
+        w = self._numpy_weights()
+        glob = np.concatenate([pod, ctx])
+        h = np.tanh(nodes @ w["enc_node_w"] + (w["enc_node_b"] + glob @ w["enc_glob_w"]))
+        h = np.tanh(h @ w["enc_out_w"] + w["enc_out_b"])
+        pooled = np.concatenate([h.mean(axis=0), h.max(axis=0)]) if len(h) else np.zeros(2 * h.shape[1])
+        z = np.tanh(h @ w["head_node_w"] + (w["head_node_b"] + pooled @ w["head_pool_w"]))
+        return z @ w["head_out_w"][:, 0] + w["head_out_b"][0]
+
+    def _numpy_weights(self) -> dict[str, np.ndarray]:
+        version = tuple(p._version for p in self.parameters())
+        cached = getattr(self, "_np_cache", None)
+        if cached is None or cached[0] != version:
+            w = {}
+            for name in ("enc_node", "enc_glob", "enc_out", "head_node", "head_pool", "head_out"):
+                layer = getattr(self, name)
+                w[f"{name}_w"] = layer.weight.detach().numpy().T.astype(np.float32).copy()
+                if layer.bias is not None:
+                    w[f"{name}_b"] = layer.bias.detach().numpy().astype(np.float32).copy()
+            cached = (version, w)
+            self._np_cache = cached
+        return cached[1]
 
 
 # ---- checkpoints ---------------------------------------------------------------------------
@@ -191,11 +225,7 @@ class PolicyScheduler(Scheduler):
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         f = self.features.build(state, pod, nodes)
-        with torch.inference_mode():
-            logits, _ = self.policy(torch.from_numpy(f.nodes)[None], torch.from_numpy(f.pod)[None],
-                                    torch.from_numpy(f.context)[None],
-                                    torch.ones(1, len(nodes), dtype=torch.bool))
-        return logits[0].double().numpy()
+        return self.policy.score_numpy(f.nodes, f.pod, f.context).astype(np.float64)
 
     def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
         return self.features.select_gpus(state, pod, node)

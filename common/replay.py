@@ -56,7 +56,9 @@ not flood the counters.
     use_r(t) = base_r * max(0, 1 + amp_r * sin(2 pi t / period + phase) + eps_r(t))
     base_r   = max(request_r, kube non-zero default) * QOS_RATIO_r[qos] * lognormal factor
 
-The mean ratios of real use to request by QoS class (:data:`QOS_USAGE_RATIO`):
+The mean ratios of real use to request by QoS class (:data:`QOS_USAGE_RATIO`; for
+Guaranteed pods the cap at the request pulls the realised mean below the table value,
+to about 0.85 with the default variation):
 
     ========== ==== ====  =====================================================
     QoS        CPU  mem   rationale
@@ -69,12 +71,12 @@ The mean ratios of real use to request by QoS class (:data:`QOS_USAGE_RATIO`):
 
 The per-pod factor is lognormal with mean 1 and sigma ``usage_pod_sigma``; ``phase`` is
 uniform, ``period`` is ``usage_period_s`` x U(0.5, 1.5) per pod; ``eps_r`` is a
-stationary AR(1) process per tick (std ``usage_noise_cpu`` / ``usage_noise_mem``,
-correlation time ``usage_noise_tau_s``): two AR(1) series of ``NOISE_TABLE_LEN`` ticks
-are drawn once per run and pod ``p`` reads them from its own random offset at tick ``j``
-(``(offset_p + j) mod NOISE_TABLE_LEN``), so a pod's noise does not depend on what else
-runs (same noise for every scheduler) and a tick costs a gather instead of fresh normal
-draws. Use is re-evaluated for every running pod at each usage tick (every
+stationary AR(1) process stepped at each tick, ``eps <- rho eps + sqrt(1 - rho^2) sigma z``
+with ``rho = exp(-usage_tick_s / usage_noise_tau_s)`` and ``sigma`` = ``usage_noise_cpu``
+/ ``usage_noise_mem``, started from its stationary law and kept across an eviction. The
+normals ``z`` of a tick are a contiguous block at a random offset of a table drawn once
+per run (fresh normals for every running pod at every tick would dominate the run time).
+Use is re-evaluated for every running pod at each usage tick (every
 ``usage_tick_s``, vectorised over packed arrays of the running pods) and is constant in
 between; a starting pod's use is evaluated when it starts. A Guaranteed pod's use is
 capped at its request, and any pod's memory use at its node's memory (one pod alone
@@ -161,29 +163,9 @@ NODE_UP, NODE_FAILED, NODE_REMOVED, NODE_BOOTING = 0, 1, 2, 3
 # Queued event kinds; trace arrivals are a separate pre-sorted stream merged with the heap.
 EV_ATTEMPT, EV_START, EV_DEPART, EV_TICK, EV_FAIL, EV_REPAIR, EV_BOOT = range(7)
 # Rows of the per-pod usage parameter arrays (CPU row, then memory row, for each pair).
-_BASE, _AMP, _MAX, _CUR = 0, 2, 4, 6  # base use, base * amplitude, cap, current use
-_OMEGA, _PHASE, _NROWS = 8, 9, 10
-NOISE_TABLE_LEN = 1 << 18  # ticks of pre-drawn AR(1) noise; a pod reads it from a random offset
-
-
-def ar1_table(rng: np.random.Generator, rows: int, length: int, rho: float, block: int = 64) -> np.ndarray:
-    """``rows`` stationary AR(1) series of unit variance: ``x_t = rho x_{t-1} + sqrt(1-rho^2) z_t``.
-
-    Filtered block-wise (a triangular matrix product inside blocks, a carry between
-    them) so that a long table costs a few milliseconds without scipy.
-    """
-    nb = -(-length // block)
-    z = rng.standard_normal((rows, nb * block))
-    c = math.sqrt(1.0 - rho * rho)
-    z[:, 0] /= c  # x_0 = z_0: start in the stationary law
-    i = np.arange(block)
-    lag = i[:, None] - i[None, :]
-    tri = np.where(lag >= 0, rho ** np.maximum(lag, 0), 0.0)
-    x = c * (z.reshape(rows, nb, block) @ tri.T)
-    carry = rho ** (i + 1)
-    for b in range(1, nb):
-        x[:, b] += x[:, b - 1, -1:] * carry
-    return x.reshape(rows, nb * block)[:, :length]
+_BASE, _AMP, _MAX, _EPS, _CUR = 0, 2, 4, 6, 8  # base use, base * amplitude, cap, AR(1) state, current
+_OMEGA, _PHASE, _NROWS = 10, 11, 12
+INNOVATION_TABLE_MIN = 1 << 16  # pre-drawn normals per resource (at least 2x the pods)
 
 
 @dataclass
@@ -442,18 +424,17 @@ class ReplaySimulator:
         pf[_MAX + 1] = np.where(guaranteed, mem_nz, np.inf)
         pf[_OMEGA] = 2 * np.pi / (cfg.usage_period_s * g_work.uniform(0.5, 1.5, n_pods))
         pf[_PHASE] = g_work.uniform(0, 2 * np.pi, n_pods)
-        # AR(1) noise: pod p at usage tick j reads noise[:, (offset[p] + j) % NOISE_TABLE_LEN],
-        # so its noise does not depend on what else runs (same noise for every scheduler).
-        self._pod_off = g_work.integers(0, NOISE_TABLE_LEN, n_pods)
-        rho = math.exp(-cfg.usage_tick_s / cfg.usage_noise_tau_s)
-        self._noise = ar1_table(g_usage, 2, NOISE_TABLE_LEN, rho) * np.array(
-            [[cfg.usage_noise_cpu], [cfg.usage_noise_mem]])
-        self._tick_no = 0
+        pf[_EPS] = g_work.standard_normal(n_pods) * cfg.usage_noise_cpu  # stationary start
+        pf[_EPS + 1] = g_work.standard_normal(n_pods) * cfg.usage_noise_mem
+        # AR(1) innovations: a tick reads a contiguous block at a random offset of a
+        # pre-drawn table (drawing fresh normals for every running pod per tick is slow).
+        self._rho = math.exp(-cfg.usage_tick_s / cfg.usage_noise_tau_s)
+        m = max(INNOVATION_TABLE_MIN, 2 * n_pods)
+        self._innov = g_usage.standard_normal((2, m)) * (math.sqrt(1.0 - self._rho ** 2) * np.array(
+            [[cfg.usage_noise_cpu], [cfg.usage_noise_mem]]))
         self._sf = np.zeros((_NROWS, n_pods))
         self._s_node = np.zeros(n_pods, dtype=np.int64)
         self._s_pod = np.zeros(n_pods, dtype=np.int64)
-        self._s_off = np.zeros(n_pods, dtype=np.int64)
-        self._eps_buf = np.zeros((2, n_pods))
         self._slot = [-1] * n_pods  # slot of a running pod, -1 when not running
         self._n_active = 0
         self._inv_cap100 = 100.0 / self._cap_cpu
@@ -678,14 +659,11 @@ class ReplaySimulator:
         self._slot[p] = k
         self._s_pod[k] = p
         self._s_node[k] = n
-        off = int(self._pod_off[p])
-        self._s_off[k] = off
-        j = (off + self._tick_no) & (NOISE_TABLE_LEN - 1)
         col = self._pf[:, p].tolist()
         col[_MAX + 1] = min(col[_MAX + 1], self._cap_mem[n])  # one pod alone never OOMs its node
         wave = math.sin(col[_OMEGA] * self.now + col[_PHASE])
-        cu = min(max(0.0, col[_BASE] * (1.0 + self._noise[0, j]) + col[_AMP] * wave), col[_MAX])
-        mu = min(max(0.0, col[_BASE + 1] * (1.0 + self._noise[1, j]) + col[_AMP + 1] * wave), col[_MAX + 1])
+        cu = min(max(0.0, col[_BASE] * (1.0 + col[_EPS]) + col[_AMP] * wave), col[_MAX])
+        mu = min(max(0.0, col[_BASE + 1] * (1.0 + col[_EPS + 1]) + col[_AMP + 1] * wave), col[_MAX + 1])
         col[_CUR], col[_CUR + 1] = cu, mu
         self._sf[:, k] = col
         self._cpu_demand[n] += cu
@@ -704,13 +682,13 @@ class ReplaySimulator:
         n = self._node[p]
         sf = self._sf
         cu, mu = float(sf[_CUR, k]), float(sf[_CUR + 1, k])
+        self._pf[_EPS:_EPS + 2, p] = sf[_EPS:_EPS + 2, k]  # keep the noise state for a restart
         last = self._n_active - 1
         if k != last:  # move the last slot into the hole
             q = int(self._s_pod[last])
             sf[:, k] = sf[:, last]
             self._s_pod[k] = q
             self._s_node[k] = self._s_node[last]
-            self._s_off[k] = self._s_off[last]
             self._slot[q] = k
         self._n_active = last
         self._slot[p] = -1
@@ -760,24 +738,22 @@ class ReplaySimulator:
         cfg, s, ns = self.config, self.state, self.node_stats
         now = self.now
         self.counters["usage_ticks"] += 1
-        self._tick_no += 1
         k = self._n_active
         n_nodes = len(s.alive)
         if k:
             sf = self._sf
-            j = self._s_off[:k] + self._tick_no
-            j &= NOISE_TABLE_LEN - 1
-            eps = self._eps_buf[:, :k]
-            np.take(self._noise[0], j, out=eps[0])  # np.take: far faster than fancy indexing
-            np.take(self._noise[1], j, out=eps[1])
-            eps += 1.0
-            eps *= sf[_BASE:_BASE + 2, :k]
+            eps = sf[_EPS:_EPS + 2, :k]
+            eps *= self._rho
+            at = int(self._g_usage.integers(self._innov.shape[1] - k + 1))
+            eps += self._innov[:, at:at + k]
+            use = eps + 1.0
+            use *= sf[_BASE:_BASE + 2, :k]
             arg = sf[_OMEGA, :k] * now
             arg += sf[_PHASE, :k]
             wave = np.sin(arg.astype(np.float32))  # float32 sin is vectorised, far faster
             cur = sf[_CUR:_CUR + 2, :k]
             np.multiply(sf[_AMP:_AMP + 2, :k], wave, out=cur)
-            cur += eps
+            cur += use
             np.maximum(cur, 0.0, out=cur)
             np.minimum(cur, sf[_MAX:_MAX + 2, :k], out=cur)
             nodes = self._s_node[:k]

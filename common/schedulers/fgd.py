@@ -40,7 +40,7 @@ class FGD(Scheduler):
         return self._models[n_models]
 
     def _scores(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows, gpus, delta = placement_deltas(
+        rows, gpus, delta, _ = placement_deltas(
             self.frag_model(state), state.nodes.cpu[nodes] - state.cpu_req[nodes], state.gpu_free[nodes],
             state.nodes.model[nodes], pod.cpu_nonzero, pod.num_gpu, pod.gpu_milli)
         return best_per_node(len(nodes), rows, gpus, fgd_score(delta))

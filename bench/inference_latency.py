@@ -1,0 +1,127 @@
+"""Scoring latency of the node-scoring policy on one core: p50/p99 per candidate count.
+
+For each node count (slices of the openb cluster, half-loaded by kube-default so the
+states are realistic) this times, over ``--calls`` pods after a warm-up:
+
+- ``network``: the policy's forward pass alone (torch, inference mode, one thread);
+- ``score``: the whole scorer-interface call (feature building + forward), what the
+  simulator, the evaluation and the extender pay per pod.
+
+Goal (agent issue): 500 candidate nodes in at most 1 ms at p99.
+
+    python bench/inference_latency.py [--policy CKPT] [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedsched.common.cluster import ClusterState, NodeTable, Pod
+from fedsched.common.fragmentation import TypicalPods
+from fedsched.common.policy import NodeScoringPolicy, PolicyScheduler, load_checkpoint, typical_from_dict
+from fedsched.common.schedulers import KubeDefault, place
+from fedsched.common.traces import builtin_trace, load_nodes, load_pods
+
+DEFAULT_POLICY = Path(__file__).parents[1] / "agent" / "policies" / "default.pt"
+
+
+def cluster_of(nodes: NodeTable, n: int, rng: np.random.Generator) -> NodeTable:
+    idx = rng.choice(len(nodes), n, replace=n > len(nodes))
+    t = nodes.select(np.sort(idx))
+    return NodeTable(names=tuple(f"n{i}" for i in range(n)), cpu=t.cpu, mem=t.mem, gpu=t.gpu,
+                     model=t.model, models=t.models, disk_io=t.disk_io, net=t.net)
+
+
+def loaded_state(nodes: NodeTable, pods, rng: np.random.Generator) -> ClusterState:
+    """Fill to about half the GPUs (or CPU) with kube-default, like a busy cluster."""
+    state = ClusterState(nodes)
+    sched = KubeDefault()
+    target = 0.5 * (nodes.total_gpu_milli or nodes.cpu.sum())
+    used = 0.0
+    while used < target:
+        pod = Pod.from_table(pods, int(rng.integers(len(pods))))
+        p = place(sched, state, pod, rng)
+        if p.node < 0:
+            break
+        state.allocate(p.node, pod, p.gpus)
+        used += pod.gpu_request if nodes.total_gpu_milli else pod.cpu
+    return state
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    a = np.array(samples) * 1e3
+    return {"p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)),
+            "mean_ms": float(a.mean())}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policy", default=str(DEFAULT_POLICY) if DEFAULT_POLICY.exists() else None,
+                    help="checkpoint (default: the shipped policy, else random weights)")
+    ap.add_argument("--sizes", default="10,100,500,2000")
+    ap.add_argument("--calls", type=int, default=500)
+    ap.add_argument("--json", dest="json_out")
+    args = ap.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    torch.set_num_threads(1)
+    base = load_nodes(builtin_trace("openb_node_list_gpu_node.csv"))
+    pods = load_pods(builtin_trace("openb_pod_list_default.csv"), base)
+    if args.policy:
+        policy, meta, _ = load_checkpoint(args.policy)
+        typical = typical_from_dict(meta.get("typical_pods"))
+    else:
+        torch.manual_seed(0)
+        policy, typical = NodeScoringPolicy(), TypicalPods.from_pods(pods)
+    sched = PolicyScheduler(policy, typical)
+    rng = np.random.default_rng(0)
+    out: dict[str, dict] = {"policy": {"path": args.policy or "random-init"}}
+    print(f"{'nodes':>6} {'what':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    for n in [int(x) for x in args.sizes.split(",")]:
+        nodes = cluster_of(base, n, rng)
+        state = loaded_state(nodes, pods, rng)
+        calls = []
+        for _ in range(args.calls * 3):
+            pod = Pod.from_table(pods, int(rng.integers(len(pods))))
+            cand = np.flatnonzero(state.feasible(pod))
+            if len(cand) >= max(1, int(0.5 * n)) or len(calls) < 5:
+                calls.append((pod, np.arange(n)))  # score every node, the worst case
+            if len(calls) >= args.calls:
+                break
+        net_t, score_t = [], []
+        for k, (pod, cand) in enumerate(calls[:20]):  # warm-up
+            sched.score(state, pod, cand)
+            del k
+        for pod, cand in calls:
+            f = sched.features.build(state, pod, cand)
+            x = (torch.from_numpy(f.nodes)[None], torch.from_numpy(f.pod)[None],
+                 torch.from_numpy(f.context)[None], torch.ones(1, len(cand), dtype=torch.bool))
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                policy(*x)
+            net_t.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            sched.score(state, pod, cand)
+            score_t.append(time.perf_counter() - t0)
+        out[str(n)] = {"network": percentiles(net_t), "score": percentiles(score_t), "calls": len(calls)}
+        for what in ("network", "score"):
+            r = out[str(n)][what]
+            print(f"{n:>6} {what:>8} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}")
+    p99 = out.get("500", {}).get("score", {}).get("p99_ms")
+    if p99 is not None:
+        print(f"goal: 500 nodes scored in <= 1 ms at p99: {p99:.3f} ms -> {'met' if p99 <= 1 else 'MISSED'}")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
