@@ -136,26 +136,35 @@ class SchedulingEnv(gym.Env):
         if self.sim is None or self._feats is None:
             raise RuntimeError("step() before reset() or after the episode ended")
         action = int(action)
-        pod, state = self._pod, self.sim.state
         invalid = not (0 <= action < self.max_nodes) or not self._mask[action]
         if invalid:
-            scores = self._fallback.score(state, pod, self._nodes)
+            scores = self._fallback.score(self.sim.state, self._pod, self._nodes)
             action = int(self._nodes[int(np.argmax(scores))])
+        gpus = self.features.select_gpus(self.sim.state, self._pod, action)
+        return self._bind(Placement(action, gpus), invalid)
+
+    def step_placement(self, placement: Placement):
+        """Step with a complete placement (node and GPUs), e.g. a teacher scheduler's."""
+        if self.sim is None or self._feats is None:
+            raise RuntimeError("step_placement() before reset() or after the episode ended")
+        if not (0 <= placement.node < self.max_nodes) or not self._mask[placement.node]:
+            raise ValueError(f"node {placement.node} is not feasible for this pod")
+        return self._bind(placement, False)
+
+    def _bind(self, placement: Placement, invalid: bool):
         before = self._snapshot()
-        gpus = self.features.select_gpus(state, pod, action)
-        self.sim.bind(Placement(action, gpus))
+        self.sim.bind(placement)
         reward = self._reward(before, self._snapshot(), bound=True)
         if invalid:
             reward -= self.cfg.reward.invalid_action
         reward += self._advance()
         self.episode_return += reward
         terminated = self._feats is None
-        info: dict[str, Any] = {"invalid_action": invalid, "node": action}
+        info: dict[str, Any] = {"invalid_action": invalid, "node": placement.node}
         if terminated:
             info["episode_metrics"] = self.final_metrics()
             info["episode_return"] = self.episode_return
-        obs = self._obs()
-        return obs, float(reward), terminated, False, info
+        return self._obs(), float(reward), terminated, False, info
 
     def action_masks(self) -> np.ndarray:
         return self._mask.copy()
@@ -221,7 +230,7 @@ class SchedulingEnv(gym.Env):
         r -= w.failed * (b["failed"] - a["failed"])
         if bound:
             sim = self.sim
-            waited = sim._latencies[-1] if sim._latencies else 0.0
+            waited = float(sim.latencies[-1]) if len(sim.latencies) else 0.0
             r -= w.pending_time * waited / 60.0 + (w.sla if waited > w.sla_pending_s else 0.0)
             state = sim.state
             u = 100.0 * state.cpu_used[state.alive] / self.cluster_nodes.cpu[state.alive]

@@ -18,7 +18,11 @@ DEFAULT_PODS = "builtin:openb_pod_list_default.csv"
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a policy in the simulator", description=__doc__,
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--algo", choices=("ppo",), default="ppo")
+    p.add_argument("--algo", choices=("ppo", "bc"), default="ppo",
+                   help="ppo: reinforcement learning; bc: imitate --teacher (a warm start for --init)")
+    p.add_argument("--teacher", default="fgd", help="bc: scheduler to imitate")
+    p.add_argument("--bc-samples", type=int, default=20_000, help="bc: teacher decisions to log")
+    p.add_argument("--bc-epochs", type=int, default=8)
     p.add_argument("--nodes", default=DEFAULT_NODES, help="nodes CSV (openb schema) or builtin:NAME")
     p.add_argument("--pods", default=DEFAULT_PODS, help="pods CSV (openb schema) or builtin:NAME")
     p.add_argument("--mode", choices=("packing", "replay"), default="packing")
@@ -43,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .bc import BCConfig
     from .ppo import PPOConfig
     from .training import TrainSpec, run_training
 
@@ -51,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     nodes = load_nodes(resolve_path(args.nodes))
     pods = load_pods(resolve_path(args.pods), nodes, allow_oversized=args.allow_oversized)
     spec = TrainSpec(
-        nodes=nodes, pods=pods, out=Path(args.out), mode=args.mode,
+        nodes=nodes, pods=pods, out=Path(args.out), mode=args.mode, algo=args.algo, teacher=args.teacher,
+        bc=BCConfig(samples=args.bc_samples, epochs=args.bc_epochs, seed=args.seed),
         ppo=PPOConfig(total_steps=args.steps, num_steps=args.num_steps, learning_rate=args.lr,
                       hidden=args.hidden, seed=args.seed),
         num_envs=args.num_envs, slice_nodes=args.slice_nodes, target_load=args.target_load,
@@ -64,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
 
     def progress(row: dict, total: int) -> None:
         nonlocal bar
+        if "phase" in row:  # behaviour cloning: collection then fitting
+            print(f"bc {row['phase']}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                                   for k, v in row.items() if k != "phase"), file=sys.stderr)
+            return
         if bar is None:
             bar = tqdm(total=total, initial=int(row["update"]) - 1, unit="update", file=sys.stderr)
         bar.update(1)

@@ -41,6 +41,7 @@ from fedsched.common.policy import (
 from fedsched.common.schedulers import SchedulerContext, make_scheduler
 from fedsched.common.traces import split_by_hash
 
+from .bc import BCConfig, collect, fit
 from .env import EnvConfig, SchedulingEnv
 from .ppo import PPOConfig, PPOTrainer
 
@@ -53,7 +54,10 @@ class TrainSpec:
     pods: PodTable
     out: Path
     mode: str = "packing"  # packing | replay
+    algo: str = "ppo"  # ppo | bc
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    bc: BCConfig = field(default_factory=BCConfig)
+    teacher: str = "fgd"  # bc: the scheduler to imitate
     num_envs: int = 4  # environments stepped in lockstep
     slice_nodes: int = 200  # nodes per training cluster slice (0: whole cluster)
     target_load: float = 1.3  # packing: arrived requests as a multiple of capacity
@@ -110,39 +114,11 @@ class _CsvLog:
             csv.writer(f).writerow([row.get(k, "") for k in self.fields])
 
 
-def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
-    """Train a policy with PPO; returns a summary (also written to out/summary.json)."""
-    out = Path(spec.out)
-    out.mkdir(parents=True, exist_ok=True)
-    train, test = split_by_hash(spec.pods, spec.test_fraction)
-    typical = TypicalPods.from_pods(train)
-    env_cfg = dict(mode=spec.mode, target_load=spec.target_load, replay=spec.replay)
-    clusters = [slice_cluster(spec.nodes, spec.slice_nodes, spec.ppo.seed * 7919 + i)
-                for i in range(spec.num_envs)]
-    n_max = max(len(c) for c in clusters)
-    envs = [SchedulingEnv(c, fits_somewhere(train, c), typical=typical,
-                          config=EnvConfig(max_nodes=n_max, **env_cfg), seed=spec.ppo.seed * 100 + i)
-            for i, c in enumerate(clusters)]
-    hyper = {**asdict(spec.ppo), "num_envs": spec.num_envs, "slice_nodes": spec.slice_nodes,
-             "mode": spec.mode, "target_load": spec.target_load, "test_fraction": spec.test_fraction}
-    meta_common = dict(algorithm="ppo", hyperparameters=hyper, typical=typical, data=data_hash(train))
+def _held_out(spec: TrainSpec, train: PodTable, test: PodTable, typical: TypicalPods):
+    """(metric name, policy -> metric on the held-out run, baseline values on it).
 
-    policy, resume_state = None, None
-    ckpt = out / "checkpoint.pt"
-    if spec.resume:
-        if not ckpt.exists():
-            raise FileNotFoundError(f"--resume: no checkpoint at {ckpt}")
-        policy, meta, resume_state = load_checkpoint(ckpt)
-        if meta.get("data_hash") != meta_common["data"]:
-            raise ValueError(f"--resume: {ckpt} was trained on other data ({meta.get('data_hash')}); "
-                             "use a new --out directory")
-    elif spec.init is not None:
-        policy, _, _ = load_checkpoint(spec.init)
-    trainer = PPOTrainer(envs, spec.ppo, policy)
-    if resume_state is not None:
-        trainer.load_state_dict(resume_state)
-
-    # Held-out evaluation: another slice, the test pods, a fixed workload seed.
+    The held-out run: another slice of the cluster, the test pods, a fixed workload seed.
+    """
     eval_nodes = slice_cluster(spec.nodes, spec.eval_nodes, spec.eval_seed)
     eval_pods = fits_somewhere(test, eval_nodes)
     metric = eval_metric_name(eval_nodes, spec.mode)
@@ -163,6 +139,90 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
         for name in ("best-fit", "fgd", "kube-default"):
             ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(spec.eval_seed))
             reference[name] = evaluate_policy(make_scheduler(name, ctx))
+    return metric, evaluate_policy, reference
+
+
+def _run_bc(spec: TrainSpec, out: Path, train: PodTable, test: PodTable, typical: TypicalPods,
+            envs: list[SchedulingEnv], meta_common: dict[str, Any], progress: Any) -> dict[str, Any]:
+    """Behaviour cloning of ``spec.teacher``: log its decisions, fit, evaluate, save."""
+    import torch
+
+    from fedsched.common.policy import NodeScoringPolicy, PolicyConfig
+
+    t_start = time.time()
+    torch.manual_seed(spec.bc.seed)
+    teacher = make_scheduler(spec.teacher, SchedulerContext(train_pods=train,
+                                                            rng=np.random.default_rng(spec.bc.seed)))
+    log = collect(envs, teacher, spec.bc.samples,
+                  progress=(lambda n: progress({"phase": "collect", "samples": n}, spec.bc.samples))
+                  if progress else None)
+    policy = NodeScoringPolicy(PolicyConfig(hidden=spec.ppo.hidden))
+    epochs: list[dict[str, float]] = []
+
+    def on_epoch(stats: dict[str, float]) -> None:
+        epochs.append(stats)
+        if progress is not None:
+            progress({"phase": "fit", **stats}, spec.bc.epochs)
+
+    fit(policy, log, spec.bc, on_epoch=on_epoch)
+    metric, evaluate_policy, reference = _held_out(spec, train, test, typical)
+    value = evaluate_policy(PolicyScheduler(policy, typical)) if spec.eval_every else float("nan")
+    meta = dict(meta_common, algorithm="bc")
+    meta["hyperparameters"] = {**meta_common["hyperparameters"], **asdict(spec.bc), "teacher": spec.teacher}
+    best = {"value": value, "update": 0}
+    ckpt = save_checkpoint(out / "checkpoint.pt", policy, extra={"eval_metric": metric, "best_eval": best,
+                                                                  "teacher": spec.teacher}, **meta)
+    save_checkpoint(out / "best.pt", policy, extra={"eval_metric": metric, "best_eval": best,
+                                                    "teacher": spec.teacher}, **meta)
+    with (out / "bc.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(epochs[0]))
+        w.writeheader()
+        w.writerows(epochs)
+    summary = {"algorithm": "bc", "teacher": spec.teacher, "samples": len(log), "metric": metric,
+               "best_eval": best, "reference": reference, "epochs": epochs,
+               "wall_s": round(time.time() - t_start, 1), "checkpoint": str(ckpt)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    return summary
+
+
+def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
+    """Train a policy with PPO; returns a summary (also written to out/summary.json)."""
+    out = Path(spec.out)
+    out.mkdir(parents=True, exist_ok=True)
+    train, test = split_by_hash(spec.pods, spec.test_fraction)
+    typical = TypicalPods.from_pods(train)
+    env_cfg = dict(mode=spec.mode, target_load=spec.target_load, replay=spec.replay)
+    clusters = [slice_cluster(spec.nodes, spec.slice_nodes, spec.ppo.seed * 7919 + i)
+                for i in range(spec.num_envs)]
+    n_max = max(len(c) for c in clusters)
+    envs = [SchedulingEnv(c, fits_somewhere(train, c), typical=typical,
+                          config=EnvConfig(max_nodes=n_max, **env_cfg), seed=spec.ppo.seed * 100 + i)
+            for i, c in enumerate(clusters)]
+    hyper = {**asdict(spec.ppo), "num_envs": spec.num_envs, "slice_nodes": spec.slice_nodes,
+             "mode": spec.mode, "target_load": spec.target_load, "test_fraction": spec.test_fraction}
+    meta_common = dict(algorithm="ppo", hyperparameters=hyper, typical=typical, data=data_hash(train))
+
+    if spec.algo == "bc":
+        return _run_bc(spec, out, train, test, typical, envs, meta_common, progress)
+    if spec.algo != "ppo":
+        raise ValueError(f"unknown algorithm {spec.algo!r}: expected ppo or bc")
+
+    policy, resume_state = None, None
+    ckpt = out / "checkpoint.pt"
+    if spec.resume:
+        if not ckpt.exists():
+            raise FileNotFoundError(f"--resume: no checkpoint at {ckpt}")
+        policy, meta, resume_state = load_checkpoint(ckpt)
+        if meta.get("data_hash") != meta_common["data"]:
+            raise ValueError(f"--resume: {ckpt} was trained on other data ({meta.get('data_hash')}); "
+                             "use a new --out directory")
+    elif spec.init is not None:
+        policy, _, _ = load_checkpoint(spec.init)
+    trainer = PPOTrainer(envs, spec.ppo, policy)
+    if resume_state is not None:
+        trainer.load_state_dict(resume_state)
+
+    metric, evaluate_policy, reference = _held_out(spec, train, test, typical)
 
     tb = None
     try:

@@ -597,6 +597,11 @@ class ReplaySimulator:
             self._bound_finite += 1
         self._push(now + self._startup_delay(), EV_START, p, self._gen[p])
 
+    @property
+    def latencies(self) -> list[float]:
+        """Pending latency (queue entry to bind, sim seconds) of every bind so far, in order."""
+        return self._latencies
+
     def counts(self) -> dict[str, int]:
         """Arrived pods by status (the conservation invariant: the four sum to arrived)."""
         return {"arrived": self.n_arrived, "pending": len(self._pending), "running": self.n_running,

@@ -1,0 +1,116 @@
+"""Behaviour cloning: warm-start the node-scoring policy from a teacher scheduler.
+
+The teacher (any scheduler behind the scorer interface, typically FGD or kube-default)
+runs the same environments the RL agent trains in; every decision is logged as (the
+policy's observation of the feasible nodes, the set of nodes the teacher scores best).
+The policy is then fitted by maximising the probability it gives to the teacher's best
+set, ``-log sum_{a in best} pi(a | s)``: teachers with integer scores tie often, and
+the set keeps that information instead of one arbitrary tie member.
+
+Only feasible nodes are stored (what the policy sees), so the log holds variable-length
+node sets; minibatches are padded to their longest member.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedsched.common.policy import NodeScoringPolicy
+from fedsched.common.schedulers import Scheduler
+from fedsched.common.schedulers.base import Placement
+
+from .env import SchedulingEnv
+
+
+@dataclass
+class BCConfig:
+    samples: int = 20_000  # teacher decisions to log (over all environments)
+    epochs: int = 8  # passes over the log
+    batch_size: int = 128  # decisions per minibatch
+    learning_rate: float = 1e-3  # Adam step size
+    seed: int = 1  # seeds the data order and initialisation
+
+
+@dataclass
+class Decision:
+    nodes: np.ndarray  # float16 [K, F] features of the feasible nodes
+    pod: np.ndarray
+    context: np.ndarray
+    best: np.ndarray  # int64 indices (into the K rows) of the teacher's best nodes
+
+
+def collect(envs: list[SchedulingEnv], teacher: Scheduler, samples: int,
+            progress: Callable[[int], None] | None = None) -> list[Decision]:
+    """Roll the teacher through ``envs`` (round robin) and log its decisions."""
+    log: list[Decision] = []
+    obs = [env.reset()[0] for env in envs]
+    while len(log) < samples:
+        for i, env in enumerate(envs):
+            feats, cand = env._feats, env._nodes
+            pod, state = env._pod, env.sim.state
+            scores = np.asarray(teacher.score(state, pod, cand), dtype=np.float64)
+            best = np.flatnonzero(scores == scores.max())
+            log.append(Decision(feats.nodes.astype(np.float16), feats.pod, feats.context, best))
+            node = int(cand[best[env.np_random.integers(len(best))]])
+            # Step with the teacher's own GPU choice, so the logged states are the teacher's.
+            gpus = teacher.select_gpus(state, pod, node)
+            _, _, term, trunc, _ = env.step_placement(Placement(node, gpus))
+            if term or trunc:
+                obs[i] = env.reset()[0]
+            if progress is not None and len(log) % 1000 == 0:
+                progress(len(log))
+            if len(log) >= samples:
+                break
+    return log
+
+
+def _batch(log: list[Decision], idx: np.ndarray) -> tuple[torch.Tensor, ...]:
+    k = max(len(log[i].nodes) for i in idx)
+    f = log[idx[0]].nodes.shape[1]
+    nodes = np.zeros((len(idx), k, f), np.float32)
+    mask = np.zeros((len(idx), k), bool)
+    target = np.zeros((len(idx), k), bool)
+    for j, i in enumerate(idx):
+        d = log[i]
+        nodes[j, : len(d.nodes)] = d.nodes
+        mask[j, : len(d.nodes)] = True
+        target[j, d.best] = True
+    pod = np.stack([log[i].pod for i in idx])
+    ctx = np.stack([log[i].context for i in idx])
+    return (torch.from_numpy(nodes), torch.from_numpy(pod), torch.from_numpy(ctx), torch.from_numpy(mask),
+            torch.from_numpy(target))
+
+
+def fit(policy: NodeScoringPolicy, log: list[Decision], cfg: BCConfig,
+        on_epoch: Callable[[dict[str, float]], None] | None = None) -> dict[str, float]:
+    """Fit ``policy`` to the logged decisions; returns the last epoch's statistics."""
+    rng = np.random.default_rng(cfg.seed)
+    opt = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
+    stats: dict[str, float] = {}
+    policy.train()
+    for epoch in range(cfg.epochs):
+        t0 = time.perf_counter()
+        perm = rng.permutation(len(log))
+        losses, hits = [], []
+        for start in range(0, len(perm), cfg.batch_size):
+            nodes, pod, ctx, mask, target = _batch(log, perm[start:start + cfg.batch_size])
+            logits, _ = policy(nodes, pod, ctx, mask)
+            logp = torch.log_softmax(logits, dim=-1)
+            loss = -torch.logsumexp(torch.where(target, logp, torch.full_like(logp, -1e9)), dim=-1).mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+            opt.step()
+            losses.append(float(loss.detach()))
+            hits.append(float(target.gather(1, logits.argmax(dim=1, keepdim=True)).float().mean()))
+        stats = {"epoch": epoch + 1, "loss": float(np.mean(losses)),
+                 "teacher_agreement": float(np.mean(hits)), "seconds": time.perf_counter() - t0}
+        if on_epoch is not None:
+            on_epoch(stats)
+    policy.eval()
+    return stats
