@@ -48,6 +48,7 @@ class PPOConfig:
     vf_coef: float = 0.5  # value-loss weight
     max_grad_norm: float = 0.5  # global gradient-norm clip
     target_kl: float | None = 0.05  # stop an update's epochs early past this KL (None: never)
+    critic_warmup: int = 0  # first updates train only the critic (for a warm-started actor)
     hidden: int = 64  # width of the policy's hidden layers
     seed: int = 1  # seeds torch, numpy and the environments
     torch_threads: int = 1  # intra-op threads (the envs are the bottleneck)
@@ -206,7 +207,10 @@ class PPOTrainer:
                         v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - b_ret[idx]) ** 2).mean()
                     else:
                         v_loss = 0.5 * ((new_value - b_ret[idx]) ** 2).mean()
-                    loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+                    if self.update < cfg.critic_warmup:  # keep a warm-started actor while V catches up
+                        loss = cfg.vf_coef * v_loss
+                    else:
+                        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
                     self.optimizer.zero_grad()
                     loss.backward()
                     nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)

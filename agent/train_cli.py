@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-steps", type=int, default=256, help="decisions per env per rollout")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--ent-coef", type=float, default=0.003)
+    p.add_argument("--critic-warmup", type=int, default=0,
+                   help="ppo: updates that train only the critic (use with --init)")
     p.add_argument("--slice-nodes", type=int, default=200, help="nodes per training slice (0: all)")
     p.add_argument("--eval-nodes", type=int, default=400, help="nodes in the held-out eval slice (0: all)")
     p.add_argument("--eval-every", type=int, default=10, help="updates between evaluations (0: never)")
@@ -59,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         nodes=nodes, pods=pods, out=Path(args.out), mode=args.mode, algo=args.algo, teacher=args.teacher,
         bc=BCConfig(samples=args.bc_samples, epochs=args.bc_epochs, seed=args.seed),
         ppo=PPOConfig(total_steps=args.steps, num_steps=args.num_steps, learning_rate=args.lr,
-                      hidden=args.hidden, seed=args.seed),
+                      hidden=args.hidden, seed=args.seed, ent_coef=args.ent_coef,
+                      critic_warmup=args.critic_warmup),
         num_envs=args.num_envs, slice_nodes=args.slice_nodes, target_load=args.target_load,
         test_fraction=args.test_fraction, eval_every=args.eval_every, eval_nodes=args.eval_nodes,
         checkpoint_every=args.checkpoint_every, resume=args.resume,
