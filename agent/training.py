@@ -2,13 +2,16 @@
 
 ``run_training`` is what ``fedsched train`` calls (and what a federated member reuses):
 
-- the pod list is split by a stable hash of pod names; training sees only the train part,
-  and the typical pods the fragmentation features use come from it;
+- the pod list is split by a stable hash of pod names into train, validation and test
+  (the test part is exactly the one ``fedsched evaluate`` and the benchmarks judge on);
+  training sees only the train part, the typical pods the fragmentation features use
+  come from it, and model selection (``best.pt``) uses the validation part;
 - each environment is a member cluster or a random slice of ``slice_nodes`` nodes of it
   (seeded), so episodes are short and the policy sees clusters of several shapes; the
   policy is size-independent, so it is then judged on the whole cluster;
-- a held-out evaluation (a different slice, the *test* pods, a fixed seed, greedy
-  decisions) runs every ``eval_every`` updates beside BestFit on the same workload;
+- a held-out evaluation (a different slice, the *validation* pods, a fixed seed, greedy
+  decisions) runs every ``eval_every`` updates beside BestFit, FGD and kube-default on the
+  same workload;
 - logs: ``progress.csv`` (one row per update), ``episodes.csv`` (finished training
   episodes), TensorBoard events under ``tb/``; checkpoints: ``checkpoint.pt`` (latest, with
   the optimiser state for ``--resume``) every ``checkpoint_every`` updates and at the end,
@@ -39,7 +42,7 @@ from fedsched.common.policy import (
     save_checkpoint,
 )
 from fedsched.common.schedulers import SchedulerContext, make_scheduler
-from fedsched.common.traces import split_by_hash
+from fedsched.common.traces import split_train_val_test
 
 from .bc import BCConfig, collect, fit
 from .env import EnvConfig, SchedulingEnv
@@ -61,7 +64,8 @@ class TrainSpec:
     num_envs: int = 4  # environments stepped in lockstep
     slice_nodes: int = 200  # nodes per training cluster slice (0: whole cluster)
     target_load: float = 1.3  # packing: arrived requests as a multiple of capacity
-    test_fraction: float = 0.3  # hash split; the test part is never trained on
+    test_fraction: float = 0.3  # hash split; the test part is never trained on nor selected on
+    val_fraction: float = 0.1  # hash split; held-out evaluation and model selection
     eval_every: int = 10  # updates between held-out evaluations (0: never)
     eval_nodes: int = 400  # nodes in the evaluation slice (0: whole cluster)
     eval_seed: int = 2024  # workload seed of the evaluation run
@@ -114,13 +118,13 @@ class _CsvLog:
             csv.writer(f).writerow([row.get(k, "") for k in self.fields])
 
 
-def _held_out(spec: TrainSpec, train: PodTable, test: PodTable, typical: TypicalPods):
+def _held_out(spec: TrainSpec, train: PodTable, val: PodTable, typical: TypicalPods):
     """(metric name, policy -> metric on the held-out run, baseline values on it).
 
-    The held-out run: another slice of the cluster, the test pods, a fixed workload seed.
+    The held-out run: another slice of the cluster, the validation pods, a fixed seed.
     """
     eval_nodes = slice_cluster(spec.nodes, spec.eval_nodes, spec.eval_seed)
-    eval_pods = fits_somewhere(test, eval_nodes)
+    eval_pods = fits_somewhere(val, eval_nodes)
     metric = eval_metric_name(eval_nodes, spec.mode)
 
     def evaluate_policy(sched) -> float:
@@ -142,7 +146,7 @@ def _held_out(spec: TrainSpec, train: PodTable, test: PodTable, typical: Typical
     return metric, evaluate_policy, reference
 
 
-def _run_bc(spec: TrainSpec, out: Path, train: PodTable, test: PodTable, typical: TypicalPods,
+def _run_bc(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, typical: TypicalPods,
             envs: list[SchedulingEnv], meta_common: dict[str, Any], progress: Any) -> dict[str, Any]:
     """Behaviour cloning of ``spec.teacher``: log its decisions, fit, evaluate, save."""
     import torch
@@ -165,7 +169,7 @@ def _run_bc(spec: TrainSpec, out: Path, train: PodTable, test: PodTable, typical
             progress({"phase": "fit", **stats}, spec.bc.epochs)
 
     fit(policy, log, spec.bc, on_epoch=on_epoch)
-    metric, evaluate_policy, reference = _held_out(spec, train, test, typical)
+    metric, evaluate_policy, reference = _held_out(spec, train, val, typical)
     value = evaluate_policy(PolicyScheduler(policy, typical)) if spec.eval_every else float("nan")
     meta = dict(meta_common, algorithm="bc")
     meta["hyperparameters"] = {**meta_common["hyperparameters"], **asdict(spec.bc), "teacher": spec.teacher}
@@ -189,7 +193,7 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
     """Train a policy with PPO; returns a summary (also written to out/summary.json)."""
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
-    train, test = split_by_hash(spec.pods, spec.test_fraction)
+    train, val, _test = split_train_val_test(spec.pods, spec.test_fraction, spec.val_fraction)
     typical = TypicalPods.from_pods(train)
     env_cfg = dict(mode=spec.mode, target_load=spec.target_load, replay=spec.replay)
     clusters = [slice_cluster(spec.nodes, spec.slice_nodes, spec.ppo.seed * 7919 + i)
@@ -199,11 +203,12 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
                           config=EnvConfig(max_nodes=n_max, **env_cfg), seed=spec.ppo.seed * 100 + i)
             for i, c in enumerate(clusters)]
     hyper = {**asdict(spec.ppo), "num_envs": spec.num_envs, "slice_nodes": spec.slice_nodes,
-             "mode": spec.mode, "target_load": spec.target_load, "test_fraction": spec.test_fraction}
+             "mode": spec.mode, "target_load": spec.target_load, "test_fraction": spec.test_fraction,
+             "val_fraction": spec.val_fraction}
     meta_common = dict(algorithm="ppo", hyperparameters=hyper, typical=typical, data=data_hash(train))
 
     if spec.algo == "bc":
-        return _run_bc(spec, out, train, test, typical, envs, meta_common, progress)
+        return _run_bc(spec, out, train, val, typical, envs, meta_common, progress)
     if spec.algo != "ppo":
         raise ValueError(f"unknown algorithm {spec.algo!r}: expected ppo or bc")
 
@@ -222,7 +227,7 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
     if resume_state is not None:
         trainer.load_state_dict(resume_state)
 
-    metric, evaluate_policy, reference = _held_out(spec, train, test, typical)
+    metric, evaluate_policy, reference = _held_out(spec, train, val, typical)
 
     tb = None
     try:
@@ -240,7 +245,7 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
                                                         if k not in ("nodes", "pods")},
                                               "metric": metric, "reference": reference,
                                               "n_nodes": len(spec.nodes), "train_pods": len(train),
-                                              "test_pods": len(test)}, indent=2))
+                                              "validation_pods": len(val)}, indent=2))
 
     def save(path: Path) -> None:
         save_checkpoint(path, trainer.policy, optimizer=trainer.state_dict(),

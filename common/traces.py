@@ -290,6 +290,25 @@ def split_by_hash(pods: PodTable, test_fraction: float = 0.3) -> tuple[PodTable,
     return pods.select(np.flatnonzero(~test)), pods.select(np.flatnonzero(test))
 
 
+def split_train_val_test(pods: PodTable, test_fraction: float = 0.3,
+                         val_fraction: float = 0.1) -> tuple[PodTable, PodTable, PodTable]:
+    """(train, validation, test) by the same stable hash as :func:`split_by_hash`.
+
+    Test is exactly ``split_by_hash``'s test part (hash < test_fraction); validation takes
+    the next ``val_fraction`` of the hash range, so model selection never sees test pods.
+    """
+    if test_fraction <= 0.0 or val_fraction <= 0.0 or test_fraction + val_fraction >= 1.0:
+        raise ValueError(f"bad split fractions: test {test_fraction}, validation {val_fraction}")
+    h = np.array([hash_fraction(n) for n in pods.names])
+    test = h < test_fraction
+    val = (h >= test_fraction) & (h < test_fraction + val_fraction)
+    train = ~(test | val)
+    if not (test.any() and val.any() and train.any()):
+        raise ValueError(f"the hash split of {len(pods)} pods left a part empty")
+    return (pods.select(np.flatnonzero(train)), pods.select(np.flatnonzero(val)),
+            pods.select(np.flatnonzero(test)))
+
+
 def resolve_path(spec: str | Path) -> Path:
     """A CSV path, or ``builtin:NAME`` for a trace shipped with fedsched."""
     s = str(spec)
