@@ -98,7 +98,9 @@ def fits_somewhere(pods: PodTable, nodes: NodeTable) -> PodTable:
 def eval_metric_name(nodes: NodeTable, mode: str) -> str:
     if mode == "replay":
         return "frag_ratio"
-    return "gpu_alloc_at_target" if nodes.total_gpu_milli else "alloc_cpu"
+    # The final allocation (the run ends at the target load): always defined, unlike the
+    # artefact's binned value at exactly the target, which is empty on small clusters.
+    return "alloc_gpu" if nodes.total_gpu_milli else "alloc_cpu"
 
 
 class _CsvLog:
@@ -240,6 +242,8 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
     ep_log = _CsvLog(out / "episodes.csv", append=spec.resume)
     higher_better = metric != "frag_ratio"
     best = {"value": -np.inf if higher_better else np.inf, "update": 0}
+    if resume_state is not None and isinstance(meta.get("best_eval"), dict):
+        best.update(meta["best_eval"])  # a resumed run replaces best.pt only when it beats it
     t_start = time.time()
     (out / "run.json").write_text(json.dumps({"spec": {k: str(v) for k, v in asdict(spec).items()
                                                         if k not in ("nodes", "pods")},
@@ -274,7 +278,8 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
             row[f"eval_{metric}"] = value
             for k, v in reference.items():
                 row[f"ref_{k}"] = v
-            better = value > best["value"] if higher_better else value < best["value"]
+            improved = value > best["value"] if higher_better else value < best["value"]
+            better = bool(np.isfinite(value) and improved)
             if better:
                 best.update(value=value, update=u)
                 save(out / "best.pt")
