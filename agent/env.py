@@ -41,7 +41,6 @@ from fedsched.common.features import (
     POD_FEATURES,
     FeatureBuilder,
     Features,
-    Telemetry,
 )
 from fedsched.common.fragmentation import TypicalPods
 from fedsched.common.packing import PackingSimulator
@@ -198,19 +197,11 @@ class SchedulingEnv(gym.Env):
             self._mask[:] = False
             self._mask[nodes] = True
             self._nodes = nodes
-            self._feats = self.features.build(state, pod, nodes, self._telemetry())
+            self._feats = self.features.build(state, pod, nodes)
             return reward
         self._feats = None
         self._mask[:] = False
         return reward
-
-    def _telemetry(self) -> Telemetry | None:
-        if self.cfg.mode == "packing":
-            return None
-        ns, nt = self.sim.node_stats, self.cluster_nodes
-        return Telemetry(cpu_trend=ns.cpu_trend / nt.cpu, mem_trend=ns.mem_trend / nt.mem,
-                         overloaded=ns.overloaded, overload_count=ns.overload_count,
-                         oom_count=ns.oom_count, queue_len=self.sim.counts()["pending"])
 
     def _snapshot(self) -> dict[str, float]:
         sim = self.sim

@@ -185,6 +185,9 @@ class ClusterState:
         # Pods per node by GPU tag (GpuClustering's affinity): column 0 counts GPU-sharing
         # pods ("share-gpu"), column k pods taking k whole GPUs ("k-gpu").
         self.gpu_tag_pods = np.zeros((n, MAX_GPUS_PER_NODE + 1), dtype=np.int64)
+        # Live signals beyond requests (a features.Telemetry: usage trends, overload and OOM
+        # history, queue length), set by the replay simulator or by serving; None otherwise.
+        self.telemetry = None
         # Real usage (replay mode's usage model); stays zero in packing mode.
         self.cpu_used = np.zeros(n, dtype=np.float64)
         self.mem_used = np.zeros(n, dtype=np.float64)
@@ -195,6 +198,7 @@ class ClusterState:
         for k in ("cpu_req", "mem_req", "cpu_req_nz", "mem_req_nz", "io_req", "net_req", "gpu_exists",
                   "gpu_free", "alive", "gpu_tag_pods", "cpu_used", "mem_used"):
             setattr(c, k, getattr(self, k).copy())
+        c.telemetry = self.telemetry
         return c
 
     # ---- derived views -------------------------------------------------------------

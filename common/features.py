@@ -50,7 +50,8 @@ CONTEXT_FEATURES = ("alloc_cpu", "alloc_mem", "alloc_gpu", "frag_rate", "util_me
 class Telemetry:
     """Live per-node signals beyond requests (replay's usage model, or Prometheus).
 
-    Trends are per second as a fraction of the node's capacity; counts are cumulative.
+    Trends in milli-CPU and MiB per second; counts are cumulative. A ``ClusterState``
+    carries one in ``state.telemetry`` when the source has them.
     """
 
     cpu_trend: np.ndarray
@@ -123,7 +124,7 @@ class FeatureBuilder:
         else:
             frag_removed = np.zeros(k)
             frag_before = np.zeros(k)
-        tel = telemetry or Telemetry.zeros(len(nt))
+        tel = telemetry or state.telemetry or Telemetry.zeros(len(nt))
         tags = state.gpu_tag_pods[nodes]
         same = tags[:, pod.gpu_tag] if pod.num_gpu else np.zeros(k)
         n_tagged = np.maximum(tags.sum(axis=1), 1)
@@ -139,7 +140,8 @@ class FeatureBuilder:
             + 0.5 * (gpu_left - pod.gpu_request) / MAX_SPEC_GPU,
             np.abs((1 - f_cpu_after) - (1 - f_mem_after)) / 2,
             state.cpu_used[nodes] / cap_cpu, state.mem_used[nodes] / cap_mem,
-            tel.cpu_trend[nodes] * 60.0, tel.mem_trend[nodes] * 60.0, tel.overloaded[nodes].astype(float),
+            tel.cpu_trend[nodes] * 60.0 / cap_cpu, tel.mem_trend[nodes] * 60.0 / cap_mem,
+            tel.overloaded[nodes].astype(float),
             np.log1p(tel.overload_count[nodes]), np.log1p(tel.oom_count[nodes]),
             (nt.disk_io[nodes] - state.io_req[nodes] - pod.disk_io) / np.maximum(nt.disk_io[nodes], 1.0),
             (nt.net[nodes] - state.net_req[nodes] - pod.net) / np.maximum(nt.net[nodes], 1.0),

@@ -148,6 +148,7 @@ from .cluster import (
     Pod,
     PodTable,
 )
+from .features import Telemetry
 from .fragmentation import TypicalPods
 from .metrics import METRICS, FragTracker, latency_stats, snapshot_metrics, utilisation
 from .schedulers import Placement, Scheduler, place
@@ -385,6 +386,12 @@ class ReplaySimulator:
             overloaded=np.zeros(n_nodes, dtype=bool), overload_count=np.zeros(n_nodes, dtype=np.int64),
             oom_count=np.zeros(n_nodes, dtype=np.int64), failure_count=np.zeros(n_nodes, dtype=np.int64),
             empty_since=np.zeros(n_nodes))
+        # What a scorer may see beyond requests, shared with the feature builder through the
+        # state (the arrays are node_stats' own, updated in place).
+        ns = self.node_stats
+        self._telemetry = Telemetry(ns.cpu_trend, ns.mem_trend, ns.overloaded, ns.overload_count,
+                                    ns.oom_count)
+        self.state.telemetry = self._telemetry
         self._node_pods: list[set[int]] = [set() for _ in range(n_nodes)]
         self._prev_cpu = np.zeros(n_nodes)
         self._prev_mem = np.zeros(n_nodes)
@@ -556,6 +563,7 @@ class ReplaySimulator:
                 self.feasible_mask = mask
             self._current = p
             counters["decisions"] += 1
+            self._telemetry.queue_len = len(self._pending)
             return pod, self.state
         self._done = True
         if end < math.inf:
