@@ -3,9 +3,10 @@
 For each node count (slices of the openb cluster, half-loaded by kube-default so the
 states are realistic) this times, over ``--calls`` pods after a warm-up:
 
-- ``network``: the policy's forward pass alone (torch, inference mode, one thread);
-- ``score``: the whole scorer-interface call (feature building + forward), what the
-  simulator, the evaluation and the extender pay per pod.
+- ``torch``: the policy's forward pass in torch (inference mode, one thread);
+- ``numpy``: the same function on the numpy path the scorer uses (``score_numpy``);
+- ``score``: the whole scorer-interface call (feature building + numpy forward), what
+  the simulator, the evaluation and the extender pay per pod.
 
 Goal (agent issue): 500 candidate nodes in at most 1 ms at p99.
 
@@ -96,7 +97,7 @@ def main() -> int:
                 calls.append((pod, np.arange(n)))  # score every node, the worst case
             if len(calls) >= args.calls:
                 break
-        net_t, score_t = [], []
+        net_t, np_t, score_t = [], [], []
         for k, (pod, cand) in enumerate(calls[:20]):  # warm-up
             sched.score(state, pod, cand)
             del k
@@ -109,10 +110,14 @@ def main() -> int:
                 policy(*x)
             net_t.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
+            policy.score_numpy(f.nodes, f.pod, f.context)
+            np_t.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
             sched.score(state, pod, cand)
             score_t.append(time.perf_counter() - t0)
-        out[str(n)] = {"network": percentiles(net_t), "score": percentiles(score_t), "calls": len(calls)}
-        for what in ("network", "score"):
+        out[str(n)] = {"torch": percentiles(net_t), "numpy": percentiles(np_t), "score": percentiles(score_t),
+                       "calls": len(calls)}
+        for what in ("torch", "numpy", "score"):
             r = out[str(n)][what]
             print(f"{n:>6} {what:>8} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}")
     p99 = out.get("500", {}).get("score", {}).get("p99_ms")

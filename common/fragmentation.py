@@ -89,11 +89,13 @@ class FragmentationModel:
     def node_frag(self, cpu_left: np.ndarray, gpu_left: np.ndarray,
                   model: np.ndarray) -> np.ndarray:
         """``F`` (milli-GPU) for node states: cpu_left[K], gpu_left[K, G], model[K]."""
+        return self.frag_from_parts(*self.gpu_parts(gpu_left), cpu_left, model)
+
+    def gpu_parts(self, gpu_left: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(idle[K], cnt[K, J], tot[K, J]): per share threshold ``J``, how many GPUs have at
+        least that free share and how much they hold together."""
         idle = gpu_left.sum(axis=1).astype(np.float64)
-        if len(self.freq) == 0:
-            return idle
-        # Count and sum, per threshold, the GPUs with at least that free share. A loop over
-        # the (at most 8) GPU slots of [K, J] arrays beats reducing a [K, G, J] array.
+        # A loop over the (at most 8) GPU slots of [K, J] arrays beats reducing [K, G, J].
         thr = self.thresholds[None, :]
         cnt = np.zeros((len(gpu_left), len(self.thresholds)), dtype=np.int64)
         tot = np.zeros_like(cnt)
@@ -104,6 +106,12 @@ class FragmentationModel:
             ge = col >= thr
             cnt += ge
             tot += ge * col
+        return idle, cnt, tot
+
+    def frag_from_parts(self, idle: np.ndarray, cnt: np.ndarray, tot: np.ndarray, cpu_left: np.ndarray,
+                        model: np.ndarray) -> np.ndarray:
+        if len(self.freq) == 0:
+            return idle
         cnt_ge = cnt[:, self.class_threshold]  # [K, C]
         sum_ge = tot[:, self.class_threshold]
         fits = (cnt_ge >= self.num) & (cpu_left[:, None] >= self.cpu) & self.type_ok[model + 1]
@@ -137,24 +145,27 @@ def placement_deltas(fm: FragmentationModel, cpu_left: np.ndarray, free: np.ndar
     change ``F``); CPU-only pods change only the CPU left. The fourth array is ``F`` of each
     node now.
     """
-    before = fm.node_frag(cpu_left, free, model)
+    idle, cnt, tot = fm.gpu_parts(free)
+    before = fm.frag_from_parts(idle, cnt, tot, cpu_left, model)
     cpu_after = cpu_left - pod_cpu
+    thr = fm.thresholds[None, :]
     share = num_gpu == 1 and gpu_milli < MILLI_PER_GPU
     if not share:
-        after_free = free
-        if num_gpu:
-            full = free >= MILLI_PER_GPU
-            taken = full & (np.cumsum(full, axis=1) <= num_gpu)
-            after_free = np.where(taken, 0, free)
+        # Whole GPUs are fully free GPUs: each counts at every threshold (all <= 1000).
+        take = num_gpu * MILLI_PER_GPU
+        after = fm.frag_from_parts(idle - take, cnt - num_gpu, tot - take, cpu_after, model)
         rows = np.arange(len(free))
-        return rows, np.full(len(free), -1), before - fm.node_frag(cpu_after, after_free, model), before
+        return rows, np.full(len(free), -1), before - after, before
     g = free.shape[1]
     earlier_equal = np.tril(np.ones((g, g), dtype=bool), k=-1)  # [i, j]: j < i
     dup = ((free[:, :, None] == free[:, None, :]) & earlier_equal[None]).any(axis=2)
     rows, gpus = np.nonzero((free >= gpu_milli) & ~dup)  # row-major: node order, then GPU index
-    after_free = free[rows].copy()
-    after_free[np.arange(len(rows)), gpus] -= gpu_milli
-    return rows, gpus, before[rows] - fm.node_frag(cpu_after[rows], after_free, model[rows]), before
+    # GPU (row, gpu) goes from share f to f - q: it leaves the thresholds in (f - q, f].
+    f = free[rows, gpus][:, None]
+    was, now = f >= thr, (f - gpu_milli) >= thr
+    after = fm.frag_from_parts(idle[rows] - gpu_milli, cnt[rows] - was + now,
+                               tot[rows] - was * f + now * (f - gpu_milli), cpu_after[rows], model[rows])
+    return rows, gpus, before[rows] - after, before
 
 
 def best_per_node(n: int, rows: np.ndarray, gpus: np.ndarray,
