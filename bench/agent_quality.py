@@ -14,7 +14,7 @@ workloads drawn from the *test* part):
 Prints one table per scenario (mean ± 95% CI over seeds) and writes
 ``{"scenarios": {NAME: {"policies": {POLICY: {METRIC: {"mean", "ci95"}}}}}}``.
 
-    python bench/agent_quality.py [--policy agent/policies/default.pt] [--seeds 10] --json OUT.json
+    python bench/agent_quality.py [--policy CKPT] [--seeds 10] --json OUT.json
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from fedsched.common.evaluate import EvalSpec, evaluate, format_table, write_jso
 from fedsched.common.synthetic import generate_cluster
 from fedsched.common.traces import builtin_trace, load_nodes, load_pods
 
-DEFAULT_POLICY = Path(__file__).parents[1] / "agent" / "policies" / "default.pt"
 PACKING_BASELINES = ["kube-default", "best-fit", "dot-product", "gpu-packing", "gpu-clustering", "fgd",
                      "random"]
 REPLAY_BASELINES = ["kube-default", "best-fit", "fgd", "target-load-packing", "most-allocated"]
@@ -59,16 +58,16 @@ def scenarios(quick: bool) -> list[tuple[str, EvalSpec]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", action="append", dest="policies",
-                    help="learned policy checkpoint(s) (default: the shipped one)")
+                    help="learned policy checkpoint(s) (default: 'learned', the shipped one)")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="fewer scenarios (a smoke run)")
     ap.add_argument("--only", help="comma-separated scenario name prefixes to run")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args()
-    learned = args.policies or [str(DEFAULT_POLICY)]
+    learned = args.policies or ["learned"]
     for p in learned:
-        if not Path(p).exists():
+        if p != "learned" and not Path(p).exists():
             print(f"no checkpoint at {p}", file=sys.stderr)
             return 2
     result: dict[str, dict] = {"scenarios": {}, "learned": learned, "seeds": args.seeds}

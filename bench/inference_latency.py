@@ -28,10 +28,10 @@ import torch
 from fedsched.common.cluster import ClusterState, NodeTable, Pod
 from fedsched.common.fragmentation import TypicalPods
 from fedsched.common.policy import NodeScoringPolicy, PolicyScheduler, load_checkpoint, typical_from_dict
-from fedsched.common.schedulers import KubeDefault, place
+from fedsched.common.schedulers import KubeDefault, default_policy_path, place
 from fedsched.common.traces import builtin_trace, load_nodes, load_pods
 
-DEFAULT_POLICY = Path(__file__).parents[1] / "agent" / "policies" / "default.pt"
+DEFAULT_POLICY = default_policy_path()
 
 
 def cluster_of(nodes: NodeTable, n: int, rng: np.random.Generator) -> NodeTable:

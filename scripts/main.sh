@@ -6,5 +6,5 @@ bash scripts/setup.sh
 . .venv/bin/activate
 mkdir -p out
 fedsched evaluate --mode packing --target-load 1.3 --seeds 3 \
-  --policy kube-default --policy best-fit --policy fgd --policy random \
+  --policy learned --policy kube-default --policy best-fit --policy fgd --policy random \
   --json out/evaluate.json --plot out/evaluate.png "$@"

@@ -30,8 +30,27 @@ BASELINES: dict[str, type[Scheduler]] = {
 
 
 
+LEARNED = "learned"  # the name of the policy shipped with fedsched
+
+
+def default_policy_path() -> Path:
+    """The shipped checkpoint (agent/policies/default.pt)."""
+    from importlib import resources
+
+    return Path(str(resources.files("fedsched.agent").joinpath("policies", "default.pt")))
+
+
 def _checkpoint(name: str, ctx: SchedulerContext) -> Scheduler | None:
     """A learned policy from its checkpoint file (torch is imported only here)."""
+    if name == LEARNED:
+        path = default_policy_path()
+        if not path.exists():
+            raise ValueError(f"the shipped policy is missing ({path}); run scripts/train_default_policy.sh")
+        from ..policy import PolicyScheduler
+
+        sched = PolicyScheduler.from_checkpoint(path, ctx)
+        sched.name = LEARNED
+        return sched
     if not (name.endswith(".pt") or Path(name).is_file()):
         return None
     from ..policy import PolicyScheduler
@@ -53,8 +72,18 @@ def make_scheduler(name: str, ctx: SchedulerContext | None = None) -> Scheduler:
         if sched is not None:
             return sched
     raise ValueError(f"unknown policy {name!r}; baselines: {', '.join(sorted(BASELINES))}, "
-                     "or a checkpoint path (*.pt)")
+                     f"'{LEARNED}' (the shipped policy) or a checkpoint path (*.pt)")
 
 
-__all__ = ["BASELINES", "RESOLVERS", "Placement", "Scheduler", "SchedulerContext",
-           "default_gpu_choice", "make_scheduler", "place"]
+__all__ = [
+    "BASELINES",
+    "LEARNED",
+    "RESOLVERS",
+    "Placement",
+    "Scheduler",
+    "SchedulerContext",
+    "default_gpu_choice",
+    "default_policy_path",
+    "make_scheduler",
+    "place",
+]
