@@ -182,6 +182,9 @@ class ClusterState:
         self.gpu_exists = slots[None, :] < nodes.gpu[:, None]
         self.gpu_free = np.where(self.gpu_exists, MILLI_PER_GPU, 0).astype(np.int64)
         self.alive = np.ones(n, dtype=bool)
+        # Bumped on every allocate/release of a node: caches of per-node derived values
+        # (e.g. fragmentation) recompute only the nodes whose version moved.
+        self.version = np.zeros(n, dtype=np.int64)
         # Pods per node by GPU tag (GpuClustering's affinity): column 0 counts GPU-sharing
         # pods ("share-gpu"), column k pods taking k whole GPUs ("k-gpu").
         self.gpu_tag_pods = np.zeros((n, MAX_GPUS_PER_NODE + 1), dtype=np.int64)
@@ -196,7 +199,7 @@ class ClusterState:
         c = ClusterState.__new__(ClusterState)
         c.nodes = self.nodes
         for k in ("cpu_req", "mem_req", "cpu_req_nz", "mem_req_nz", "io_req", "net_req", "gpu_exists",
-                  "gpu_free", "alive", "gpu_tag_pods", "cpu_used", "mem_used"):
+                  "gpu_free", "alive", "version", "gpu_tag_pods", "cpu_used", "mem_used"):
             setattr(c, k, getattr(self, k).copy())
         c.telemetry = self.telemetry
         return c
@@ -236,6 +239,7 @@ class ClusterState:
     # ---- mutation ------------------------------------------------------------------
     def allocate(self, node: int, pod: Pod, gpus: tuple[int, ...]) -> None:
         """Bind ``pod`` to ``node`` using GPU slots ``gpus`` (empty for CPU pods)."""
+        self.version[node] += 1
         self.cpu_req[node] += pod.cpu
         self.mem_req[node] += pod.mem
         self.cpu_req_nz[node] += pod.cpu_nonzero
@@ -252,6 +256,7 @@ class ClusterState:
 
     def release(self, node: int, pod: Pod, gpus: tuple[int, ...]) -> None:
         """Undo ``allocate`` (pod completion, eviction or OOM kill)."""
+        self.version[node] += 1
         self.cpu_req[node] -= pod.cpu
         self.mem_req[node] -= pod.mem
         self.cpu_req_nz[node] -= pod.cpu_nonzero

@@ -26,7 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cluster import MAX_GPUS_PER_NODE, MILLI_PER_GPU, ClusterState, Pod
-from .fragmentation import FragmentationModel, TypicalPods, best_per_node, placement_deltas
+from .fragmentation import (
+    FragmentationModel,
+    NodeFragCache,
+    TypicalPods,
+    best_per_node,
+    placement_deltas,
+)
 from .schedulers.base import default_gpu_choice
 from .schedulers.best_fit import MAX_SPEC_CPU, MAX_SPEC_GPU
 
@@ -81,6 +87,7 @@ class FeatureBuilder:
     def __init__(self, typical: TypicalPods | None) -> None:
         self.typical = typical
         self._models: dict[int, FragmentationModel] = {}
+        self._caches: dict[int, NodeFragCache] = {}
 
     def frag_model(self, state: ClusterState) -> FragmentationModel | None:
         if self.typical is None:
@@ -117,8 +124,10 @@ class FeatureBuilder:
         gpu_choice = np.full(k, -1, dtype=np.int64)
         if fm is not None:
             model = nt.model[nodes]
+            cache = self._caches.setdefault(id(fm), NodeFragCache(fm))
             rows, gpus, delta, frag_before = placement_deltas(fm, cpu_left, free, model, pod.cpu_nonzero,
-                                                              pod.num_gpu, pod.gpu_milli)
+                                                              pod.num_gpu, pod.gpu_milli,
+                                                              parts=cache.get(state, nodes))
             frag_removed, gpu_choice = best_per_node(k, rows, gpus, delta)
             frag_removed = np.where(np.isfinite(frag_removed), frag_removed, 0.0)
         else:

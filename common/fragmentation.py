@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cluster import DEFAULT_MILLI_CPU_REQUEST, MILLI_PER_GPU, PodTable
+from .cluster import DEFAULT_MILLI_CPU_REQUEST, MILLI_PER_GPU, ClusterState, PodTable
 
 POPULARITY_THRESHOLD = 0.95
 
@@ -130,8 +130,40 @@ def fragmentation_ratio(cpu_free: np.ndarray, cpu_cap: np.ndarray, mem_free: np.
     return 0.0 if hi <= 0 else 1.0 - min(a_cpu, a_mem) / hi
 
 
+class NodeFragCache:
+    """Per-node ``gpu_parts`` and ``F`` of one cluster state, kept across pods.
+
+    Only nodes whose ``state.version`` moved since the last call are recomputed, so scoring
+    a pod costs one pass over the nodes that changed instead of over every candidate.
+    """
+
+    def __init__(self, fm: FragmentationModel) -> None:
+        self.fm = fm
+        self._state_id = -1
+        self._version = np.zeros(0, dtype=np.int64)
+
+    def get(self, state: ClusterState, nodes: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(idle, cnt, tot, F) of ``nodes`` now."""
+        n = len(state.nodes)
+        if self._state_id != id(state) or len(self._version) != n:
+            self._state_id = id(state)
+            self._version = np.full(n, -1, dtype=np.int64)
+            j = len(self.fm.thresholds)
+            self._idle, self._f = np.zeros(n), np.zeros(n)
+            self._cnt, self._tot = np.zeros((n, j), np.int64), np.zeros((n, j), np.int64)
+        stale = nodes[self._version[nodes] != state.version[nodes]]
+        if len(stale):
+            idle, cnt, tot = self.fm.gpu_parts(state.gpu_free[stale])
+            self._idle[stale], self._cnt[stale], self._tot[stale] = idle, cnt, tot
+            cpu_left = state.nodes.cpu[stale] - state.cpu_req[stale]
+            self._f[stale] = self.fm.frag_from_parts(idle, cnt, tot, cpu_left, state.nodes.model[stale])
+            self._version[stale] = state.version[stale]
+        return self._idle[nodes], self._cnt[nodes], self._tot[nodes], self._f[nodes]
+
+
 def placement_deltas(fm: FragmentationModel, cpu_left: np.ndarray, free: np.ndarray, model: np.ndarray,
                      pod_cpu: int, num_gpu: int, gpu_milli: int,
+                     parts: tuple[np.ndarray, ...] | None = None,
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Fragmentation removed by placing a pod, per candidate placement.
 
@@ -143,10 +175,14 @@ def placement_deltas(fm: FragmentationModel, cpu_left: np.ndarray, free: np.ndar
     GPUs (equal shares give equal results; the lowest index stands for them), in node
     order then GPU index order. Whole-GPU pods take fully free GPUs (which ones does not
     change ``F``); CPU-only pods change only the CPU left. The fourth array is ``F`` of each
-    node now.
+    node now. ``parts`` may pass ``(idle, cnt, tot, F)`` of the nodes from a
+    :class:`NodeFragCache` instead of recomputing them.
     """
-    idle, cnt, tot = fm.gpu_parts(free)
-    before = fm.frag_from_parts(idle, cnt, tot, cpu_left, model)
+    if parts is None:
+        idle, cnt, tot = fm.gpu_parts(free)
+        before = fm.frag_from_parts(idle, cnt, tot, cpu_left, model)
+    else:
+        idle, cnt, tot, before = parts
     cpu_after = cpu_left - pod_cpu
     thr = fm.thresholds[None, :]
     share = num_gpu == 1 and gpu_milli < MILLI_PER_GPU
@@ -155,7 +191,7 @@ def placement_deltas(fm: FragmentationModel, cpu_left: np.ndarray, free: np.ndar
         take = num_gpu * MILLI_PER_GPU
         after = fm.frag_from_parts(idle - take, cnt - num_gpu, tot - take, cpu_after, model)
         rows = np.arange(len(free))
-        return rows, np.full(len(free), -1), before - after, before
+        return rows, np.full(len(free), -1), _exact(before - after), before
     g = free.shape[1]
     earlier_equal = np.tril(np.ones((g, g), dtype=bool), k=-1)  # [i, j]: j < i
     dup = ((free[:, :, None] == free[:, None, :]) & earlier_equal[None]).any(axis=2)
@@ -165,7 +201,14 @@ def placement_deltas(fm: FragmentationModel, cpu_left: np.ndarray, free: np.ndar
     was, now = f >= thr, (f - gpu_milli) >= thr
     after = fm.frag_from_parts(idle[rows] - gpu_milli, cnt[rows] - was + now,
                                tot[rows] - was * f + now * (f - gpu_milli), cpu_after[rows], model[rows])
-    return rows, gpus, before[rows] - after, before
+    return rows, gpus, _exact(before[rows] - after), before
+
+
+def _exact(delta: np.ndarray) -> np.ndarray:
+    """Drop float noise (F of the same state computed in batches of different sizes can
+    differ in the last bits): FGD truncates sigmoid(delta) to integers, and a no-change
+    delta of -1e-13 would score 49 instead of 50."""
+    return np.round(delta, 6)
 
 
 def best_per_node(n: int, rows: np.ndarray, gpus: np.ndarray,

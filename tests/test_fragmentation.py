@@ -72,3 +72,36 @@ def test_fragmentation_ratio_formula():
     assert fragmentation_ratio(np.array([50.0, 50.0]), cap, np.array([25.0, 25.0]), cap) == 0.5
     assert fragmentation_ratio(np.array([10.0, 10.0]), cap, np.array([10.0, 10.0]), cap) == 0.0
     assert fragmentation_ratio(np.zeros(2), cap, np.zeros(2), cap) == 0.0
+
+
+def test_cached_node_parts_match_a_fresh_computation_and_keep_no_change_exact(openb_gpu_nodes,
+                                                                             openb_default_pods):
+    from fedsched.common.cluster import ClusterState, Pod
+    from fedsched.common.fragmentation import NodeFragCache, placement_deltas
+    from fedsched.common.schedulers import KubeDefault, place
+
+    nodes, pods = openb_gpu_nodes, openb_default_pods
+    fm = FragmentationModel(TypicalPods.from_pods(pods), len(nodes.models))
+    cache = NodeFragCache(fm)
+    state = ClusterState(nodes)
+    rng = np.random.default_rng(0)
+    for i in range(1500):
+        pod = Pod.from_table(pods, i)
+        p = place(KubeDefault(), state, pod, rng)
+        if p.node >= 0:
+            state.allocate(p.node, pod, p.gpus)
+        if i % 300 == 0:  # batches of different sizes: the whole cluster, then a few nodes
+            for sub in (np.arange(len(nodes)), np.arange(0, len(nodes), 97)):
+                idle, cnt, tot, f = cache.get(state, sub)
+                fresh = fm.gpu_parts(state.gpu_free[sub])
+                np.testing.assert_array_equal(idle, fresh[0])
+                np.testing.assert_array_equal(cnt, fresh[1])
+                np.testing.assert_array_equal(tot, fresh[2])
+                np.testing.assert_allclose(f, fm.node_frag(state.cpu_free[sub], state.gpu_free[sub],
+                                                           nodes.model[sub]), atol=1e-9)
+    # A CPU-only pod small enough to change no class's fit changes F by exactly 0.
+    tiny = Pod(index=0, cpu=1, mem=1, num_gpu=0, gpu_milli=0, spec_mask=0, qos=1)
+    sub = np.flatnonzero(state.cpu_free > 40_000)[:50]
+    _, _, delta, _ = placement_deltas(fm, state.cpu_free[sub], state.gpu_free[sub], nodes.model[sub],
+                                      tiny.cpu_nonzero, 0, 0, parts=cache.get(state, sub))
+    assert (delta == 0).all()

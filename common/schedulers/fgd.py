@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cluster import ClusterState, Pod
-from ..fragmentation import FragmentationModel, TypicalPods, best_per_node, placement_deltas
+from ..fragmentation import FragmentationModel, NodeFragCache, TypicalPods, best_per_node, placement_deltas
 from .base import Scheduler, SchedulerContext
 
 
@@ -32,6 +32,7 @@ class FGD(Scheduler):
             raise ValueError("FGD needs training pods to derive its typical pods from")
         self.typical = TypicalPods.from_pods(self.ctx.train_pods)
         self._models: dict[int, FragmentationModel] = {}
+        self._caches: dict[int, NodeFragCache] = {}
 
     def frag_model(self, state: ClusterState) -> FragmentationModel:
         n_models = len(state.nodes.models)
@@ -40,9 +41,12 @@ class FGD(Scheduler):
         return self._models[n_models]
 
     def _scores(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        fm = self.frag_model(state)
+        cache = self._caches.setdefault(id(fm), NodeFragCache(fm))
         rows, gpus, delta, _ = placement_deltas(
-            self.frag_model(state), state.nodes.cpu[nodes] - state.cpu_req[nodes], state.gpu_free[nodes],
-            state.nodes.model[nodes], pod.cpu_nonzero, pod.num_gpu, pod.gpu_milli)
+            fm, state.nodes.cpu[nodes] - state.cpu_req[nodes], state.gpu_free[nodes],
+            state.nodes.model[nodes], pod.cpu_nonzero, pod.num_gpu, pod.gpu_milli,
+            parts=cache.get(state, nodes))
         return best_per_node(len(nodes), rows, gpus, fgd_score(delta))
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
