@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from fedsched.common.cluster import ClusterState, NodeTable, Pod
 from fedsched.common.fragmentation import TypicalPods
@@ -74,6 +75,7 @@ def main() -> int:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     torch.set_num_threads(1)
+    threadpool_limits(1)  # BLAS threads fighting over one pinned core inflate the tail
     base = load_nodes(builtin_trace("openb_node_list_gpu_node.csv"))
     pods = load_pods(builtin_trace("openb_pod_list_default.csv"), base)
     if args.policy:

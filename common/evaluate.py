@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -63,8 +64,19 @@ def _split(spec: EvalSpec) -> tuple[PodTable, PodTable]:
     return train, test
 
 
+def single_threaded() -> None:
+    """One BLAS/torch thread per run: the runs are the parallelism, and scoring one pod is a
+    few small matrix products where extra threads only add overhead."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
 def run_one(spec: EvalSpec, policy: str, seed: int) -> RunOutput:
     """One policy on one seed; also the unit of work of the process pool."""
+    single_threaded()
     train, work = _split(spec)
     typical = TypicalPods.from_pods(train)
     ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(seed + 1_000_003))

@@ -210,9 +210,6 @@ class PolicyScheduler(Scheduler):
     def __init__(self, policy: NodeScoringPolicy, typical: TypicalPods | None,
                  ctx: SchedulerContext | None = None, name: str | None = None) -> None:
         super().__init__(ctx)
-        # Scoring one pod is a few small matrix products: extra threads only add overhead
-        # (and fight the evaluation's worker processes for cores).
-        torch.set_num_threads(1)
         self.policy = policy.eval()
         self.features = FeatureBuilder(typical)
         if name:
