@@ -36,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="keep pods larger than every node (they fail) instead of rejecting the file")
     p.add_argument("--time-compression", type=float, default=None,
                    help="replay: trace seconds per simulated second")
+    p.add_argument("--replay-load", type=float, default=None,
+                   help="replay: scale pod durations to this mean requested load (fraction of capacity)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
     p.add_argument("--json", dest="json_out", help="write results as JSON")
     p.add_argument("--plot", dest="plot_out", help="write a PNG plot")
@@ -54,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     replay_options = {}
     if args.time_compression is not None:
         replay_options["time_compression"] = args.time_compression
+    if args.replay_load is not None:
+        replay_options["target_load"] = args.replay_load
     spec = EvalSpec(
         nodes=nodes, pods=pods, policies=args.policies or ["kube-default"],
         seeds=list(range(args.first_seed, args.first_seed + args.seeds)), mode=args.mode,
