@@ -51,8 +51,7 @@ def collect(envs: list[SchedulingEnv], teacher: Scheduler, samples: int,
     obs = [env.reset()[0] for env in envs]
     while len(log) < samples:
         for i, env in enumerate(envs):
-            feats, cand = env._feats, env._nodes
-            pod, state = env._pod, env.sim.state
+            pod, state, cand, feats = env.decision
             scores = np.asarray(teacher.score(state, pod, cand), dtype=np.float64)
             best = np.flatnonzero(scores == scores.max())
             log.append(Decision(feats.nodes.astype(np.float16), feats.pod, feats.context, best))

@@ -34,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from fedsched.common.cluster import NodeTable, PodTable
+from fedsched.common.cluster import ClusterState, NodeTable, Pod, PodTable
 from fedsched.common.features import (
     CONTEXT_FEATURES,
     NODE_FEATURES,
@@ -167,6 +167,13 @@ class SchedulingEnv(gym.Env):
 
     def action_masks(self) -> np.ndarray:
         return self._mask.copy()
+
+    @property
+    def decision(self) -> tuple[Pod, ClusterState, np.ndarray, Features]:
+        """The pending decision: (pod, cluster state, feasible node ids, their features)."""
+        if self._feats is None:
+            raise RuntimeError("no pending decision (call reset(), or the episode ended)")
+        return self._pod, self.sim.state, self._nodes, self._feats
 
     # ---- internals -------------------------------------------------------------------
     def _advance(self) -> float:

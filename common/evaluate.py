@@ -105,8 +105,8 @@ def evaluate(spec: EvalSpec, jobs: int | None = None,
     The result also carries ``runs`` (per-seed metrics) and, in packing mode, ``curves``
     (mean allocation % against arrived % per policy) for the plot.
     """
+    train, _ = _split(spec)
     for p in spec.policies:  # fail fast on unknown names, before any worker starts
-        train, _ = _split(spec)
         make_scheduler(p, SchedulerContext(train_pods=train))
     tasks = [(spec, p, s) for p in spec.policies for s in spec.seeds]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))

@@ -78,7 +78,7 @@ def test_observation_shapes(cluster):
 
 def mask_checker(n_real: int, seen: list):
     def check(env: SchedulingEnv, obs) -> None:
-        pod, state = env._pod, env.sim.state
+        pod, state, _, _ = env.decision
         feasible = state.feasible(pod)
         mask = obs["mask"].astype(bool)
         np.testing.assert_array_equal(mask, env.action_masks())
@@ -186,7 +186,7 @@ def test_invalid_action_penalised_and_falls_back_to_kube_default(cluster, mode_c
     env = SchedulingEnv(nodes, pods, config=mode_cfg)
     obs, actions = advance_to_masked_decision(env, 5)
     bad = int(np.flatnonzero(obs["mask"][: len(nodes)] == 0)[0])
-    pod, state = env._pod, env.sim.state
+    pod, state, _, _ = env.decision
     feasible = np.flatnonzero(state.feasible(pod))
     expected = int(feasible[np.argmax(KubeDefault().score(state, pod, feasible))])
     cpu_before = int(state.cpu_req[expected])
