@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedsched.common.policy import NodeScoringPolicy
 from fedsched.common.schedulers import Scheduler
 from fedsched.common.schedulers.base import Placement
 
@@ -42,6 +41,7 @@ class Decision:
     pod: np.ndarray
     context: np.ndarray
     best: np.ndarray  # int64 indices (into the K rows) of the teacher's best nodes
+    has_gpus: bool = True  # the cluster has GPUs (weight policies mask GPU terms otherwise)
 
 
 def collect(envs: list[SchedulingEnv], teacher: Scheduler, samples: int,
@@ -54,7 +54,8 @@ def collect(envs: list[SchedulingEnv], teacher: Scheduler, samples: int,
             pod, state, cand, feats = env.decision
             scores = np.asarray(teacher.score(state, pod, cand), dtype=np.float64)
             best = np.flatnonzero(scores == scores.max())
-            log.append(Decision(feats.nodes.astype(np.float16), feats.pod, feats.context, best))
+            log.append(Decision(feats.nodes.astype(np.float16), feats.pod, feats.context, best,
+                                has_gpus=state.nodes.total_gpu_milli > 0))
             node = int(cand[best[env.np_random.integers(len(best))]])
             # Step with the teacher's own GPU choice, so the logged states are the teacher's.
             gpus = teacher.select_gpus(state, pod, node)
@@ -85,11 +86,42 @@ def _batch(log: list[Decision], idx: np.ndarray) -> tuple[torch.Tensor, ...]:
             torch.from_numpy(target))
 
 
-def fit(policy: NodeScoringPolicy, log: list[Decision], cfg: BCConfig,
-        on_epoch: Callable[[dict[str, float]], None] | None = None) -> dict[str, float]:
-    """Fit ``policy`` to the logged decisions; returns the last epoch's statistics."""
+def _weight_batch(log: list[Decision], idx: np.ndarray) -> tuple[torch.Tensor, ...]:
+    """(x [B, K, T] per-node weight terms, summary [B, S], allowed [B, T], mask, target)."""
+    from fedsched.common.features import Features
+    from fedsched.common.weight_policy import gpu_mask, weight_inputs
+
+    k = max(len(log[i].nodes) for i in idx)
+    xs, sums, allowed = [], [], []
+    mask = np.zeros((len(idx), k), bool)
+    target = np.zeros((len(idx), k), bool)
+    for j, i in enumerate(idx):
+        d = log[i]
+        x, summary = weight_inputs(Features(d.nodes.astype(np.float32), d.pod, d.context, np.zeros(0)))
+        pad = np.zeros((k, x.shape[1]), np.float32)
+        pad[: len(x)] = x
+        xs.append(pad)
+        sums.append(summary)
+        allowed.append(gpu_mask(d.has_gpus))
+        mask[j, : len(x)] = True
+        target[j, d.best] = True
+    return (torch.from_numpy(np.stack(xs)), torch.from_numpy(np.stack(sums)),
+            torch.from_numpy(np.stack(allowed)), torch.from_numpy(mask), torch.from_numpy(target))
+
+
+def fit(policy: torch.nn.Module, log: list[Decision], cfg: BCConfig,
+        on_epoch: Callable[[dict[str, float]], None] | None = None,
+        temperature: float = 0.02) -> dict[str, float]:
+    """Fit ``policy`` to the logged decisions; returns the last epoch's statistics.
+
+    A node-scoring policy is fitted through its logits. A weight policy is fitted through
+    the scores its weights imply: the node distribution is ``softmax(x . w / temperature)``
+    (a small temperature: a weighted score's differences between nodes are fractions).
+    """
+    weights = getattr(policy, "KIND", "") == "weights"
     rng = np.random.default_rng(cfg.seed)
-    opt = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
+    params = policy.actor.parameters() if weights else policy.parameters()
+    opt = torch.optim.Adam(params, lr=cfg.learning_rate)
     stats: dict[str, float] = {}
     policy.train()
     for epoch in range(cfg.epochs):
@@ -97,13 +129,20 @@ def fit(policy: NodeScoringPolicy, log: list[Decision], cfg: BCConfig,
         perm = rng.permutation(len(log))
         losses, hits = [], []
         for start in range(0, len(perm), cfg.batch_size):
-            nodes, pod, ctx, mask, target = _batch(log, perm[start:start + cfg.batch_size])
-            logits, _ = policy(nodes, pod, ctx, mask)
+            idx = perm[start:start + cfg.batch_size]
+            if weights:
+                x, summary, allowed, mask, target = _weight_batch(log, idx)
+                w = policy.weights(summary, allowed)
+                logits = torch.where(mask, (x @ w[..., None])[..., 0] / temperature,
+                                     torch.full(mask.shape, -1e9))
+            else:
+                nodes, pod, ctx, mask, target = _batch(log, idx)
+                logits, _ = policy(nodes, pod, ctx, mask)
             logp = torch.log_softmax(logits, dim=-1)
             loss = -torch.logsumexp(torch.where(target, logp, torch.full_like(logp, -1e9)), dim=-1).mean()
             opt.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], 1.0)
             opt.step()
             losses.append(float(loss.detach()))
             hits.append(float(target.gather(1, logits.argmax(dim=1, keepdim=True)).float().mean()))

@@ -18,8 +18,11 @@ DEFAULT_PODS = "builtin:openb_pod_list_default.csv"
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a policy in the simulator", description=__doc__,
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--algo", choices=("ppo", "bc"), default="ppo",
-                   help="ppo: reinforcement learning; bc: imitate --teacher (a warm start for --init)")
+    p.add_argument("--algo", choices=("ppo", "td3", "bc"), default="ppo",
+                   help="ppo: node-scoring policy; td3: resource-weight policy; "
+                        "bc: imitate --teacher (a warm start for --init)")
+    p.add_argument("--policy-kind", choices=("node-scoring", "weights"), default="node-scoring",
+                   help="bc: which policy to fit (weights: the TD3 actor)")
     p.add_argument("--teacher", default="fgd", help="bc: scheduler to imitate")
     p.add_argument("--bc-samples", type=int, default=20_000, help="bc: teacher decisions to log")
     p.add_argument("--bc-epochs", type=int, default=8)
@@ -52,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from .bc import BCConfig
     from .ppo import PPOConfig
+    from .td3 import TD3Config
     from .training import TrainSpec, run_training
 
     if args.steps < 1 or args.num_envs < 1 or args.num_steps < 1:
@@ -61,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
     spec = TrainSpec(
         nodes=nodes, pods=pods, out=Path(args.out), mode=args.mode, algo=args.algo, teacher=args.teacher,
         bc=BCConfig(samples=args.bc_samples, epochs=args.bc_epochs, seed=args.seed),
+        policy_kind=args.policy_kind,
+        td3=TD3Config(total_steps=args.steps, hidden=args.hidden, seed=args.seed,
+                      actor_lr=args.lr, critic_lr=args.lr),
         ppo=PPOConfig(total_steps=args.steps, num_steps=args.num_steps, learning_rate=args.lr,
                       hidden=args.hidden, seed=args.seed, ent_coef=args.ent_coef,
                       critic_warmup=args.critic_warmup),
@@ -81,7 +88,11 @@ def run(args: argparse.Namespace) -> int:
         if bar is None:
             bar = tqdm(total=total, initial=int(row["update"]) - 1, unit="update", file=sys.stderr)
         bar.update(1)
-        post = {"sps": f"{row['steps_per_s']:.0f}", "kl": f"{row['approx_kl']:.3f}"}
+        post = {"sps": f"{row['steps_per_s']:.0f}"}
+        if "approx_kl" in row:
+            post["kl"] = f"{row['approx_kl']:.3f}"
+        if "q_mean" in row:
+            post["q"] = f"{row['q_mean']:.2f}"
         for k, v in row.items():
             if k.startswith("eval_") and v != "":
                 post["eval"] = f"{v:.2f}"

@@ -47,6 +47,7 @@ from fedsched.common.traces import split_train_val_test
 from .bc import BCConfig, collect, fit
 from .env import EnvConfig, SchedulingEnv
 from .ppo import PPOConfig, PPOTrainer
+from .td3 import TD3Config, TD3Trainer
 
 
 @dataclass
@@ -57,10 +58,12 @@ class TrainSpec:
     pods: PodTable
     out: Path
     mode: str = "packing"  # packing | replay
-    algo: str = "ppo"  # ppo | bc
+    algo: str = "ppo"  # ppo | td3 | bc
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    td3: TD3Config = field(default_factory=TD3Config)
     bc: BCConfig = field(default_factory=BCConfig)
     teacher: str = "fgd"  # bc: the scheduler to imitate
+    policy_kind: str = "node-scoring"  # bc: node-scoring (for ppo) or weights (for td3)
     num_envs: int = 4  # environments stepped in lockstep
     slice_nodes: int = 200  # nodes per training cluster slice (0: whole cluster)
     target_load: float = 1.3  # packing: arrived requests as a multiple of capacity
@@ -120,6 +123,15 @@ class _CsvLog:
             csv.writer(f).writerow([row.get(k, "") for k in self.fields])
 
 
+def scheduler_for(policy: Any, typical: TypicalPods):
+    """The scorer-interface adapter of a policy network of either kind."""
+    if getattr(policy, "KIND", "") == "weights":
+        from fedsched.common.weight_policy import WeightScheduler
+
+        return WeightScheduler(policy, typical)
+    return PolicyScheduler(policy, typical)
+
+
 def _held_out(spec: TrainSpec, train: PodTable, val: PodTable, typical: TypicalPods):
     """(metric name, policy -> metric on the held-out run, baseline values on it).
 
@@ -162,7 +174,14 @@ def _run_bc(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, typical:
     log = collect(envs, teacher, spec.bc.samples,
                   progress=(lambda n: progress({"phase": "collect", "samples": n}, spec.bc.samples))
                   if progress else None)
-    policy = NodeScoringPolicy(PolicyConfig(hidden=spec.ppo.hidden))
+    if spec.policy_kind == "weights":
+        from fedsched.common.weight_policy import WeightPolicy, WeightPolicyConfig
+
+        policy: Any = WeightPolicy(WeightPolicyConfig(hidden=spec.td3.hidden))
+    elif spec.policy_kind == "node-scoring":
+        policy = NodeScoringPolicy(PolicyConfig(hidden=spec.ppo.hidden))
+    else:
+        raise ValueError(f"unknown policy kind {spec.policy_kind!r}: expected node-scoring or weights")
     epochs: list[dict[str, float]] = []
 
     def on_epoch(stats: dict[str, float]) -> None:
@@ -172,9 +191,10 @@ def _run_bc(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, typical:
 
     fit(policy, log, spec.bc, on_epoch=on_epoch)
     metric, evaluate_policy, reference = _held_out(spec, train, val, typical)
-    value = evaluate_policy(PolicyScheduler(policy, typical)) if spec.eval_every else float("nan")
+    value = evaluate_policy(scheduler_for(policy, typical)) if spec.eval_every else float("nan")
     meta = dict(meta_common, algorithm="bc")
-    meta["hyperparameters"] = {**meta_common["hyperparameters"], **asdict(spec.bc), "teacher": spec.teacher}
+    meta["hyperparameters"] = {**meta_common["hyperparameters"], **asdict(spec.bc), "teacher": spec.teacher,
+                               "policy_kind": spec.policy_kind}
     best = {"value": value, "update": 0}
     ckpt = save_checkpoint(out / "checkpoint.pt", policy, extra={"eval_metric": metric, "best_eval": best,
                                                                   "teacher": spec.teacher}, **meta)
@@ -192,27 +212,28 @@ def _run_bc(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, typical:
 
 
 def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
-    """Train a policy with PPO; returns a summary (also written to out/summary.json)."""
+    """Train a policy (PPO, TD3 or BC); returns a summary (also written to out/summary.json)."""
+    if spec.algo not in ("ppo", "td3", "bc"):
+        raise ValueError(f"unknown algorithm {spec.algo!r}: expected ppo, td3 or bc")
+    seed = spec.td3.seed if spec.algo == "td3" else spec.ppo.seed
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
     train, val, _test = split_train_val_test(spec.pods, spec.test_fraction, spec.val_fraction)
     typical = TypicalPods.from_pods(train)
     env_cfg = dict(mode=spec.mode, target_load=spec.target_load, replay=spec.replay)
-    clusters = [slice_cluster(spec.nodes, spec.slice_nodes, spec.ppo.seed * 7919 + i)
-                for i in range(spec.num_envs)]
+    clusters = [slice_cluster(spec.nodes, spec.slice_nodes, seed * 7919 + i) for i in range(spec.num_envs)]
     n_max = max(len(c) for c in clusters)
     envs = [SchedulingEnv(c, fits_somewhere(train, c), typical=typical,
-                          config=EnvConfig(max_nodes=n_max, **env_cfg), seed=spec.ppo.seed * 100 + i)
+                          config=EnvConfig(max_nodes=n_max, **env_cfg), seed=seed * 100 + i)
             for i, c in enumerate(clusters)]
-    hyper = {**asdict(spec.ppo), "num_envs": spec.num_envs, "slice_nodes": spec.slice_nodes,
+    algo_cfg = spec.td3 if spec.algo == "td3" else spec.ppo
+    hyper = {**asdict(algo_cfg), "num_envs": spec.num_envs, "slice_nodes": spec.slice_nodes,
              "mode": spec.mode, "target_load": spec.target_load, "test_fraction": spec.test_fraction,
              "val_fraction": spec.val_fraction}
-    meta_common = dict(algorithm="ppo", hyperparameters=hyper, typical=typical, data=data_hash(train))
+    meta_common = dict(algorithm=spec.algo, hyperparameters=hyper, typical=typical, data=data_hash(train))
 
     if spec.algo == "bc":
         return _run_bc(spec, out, train, val, typical, envs, meta_common, progress)
-    if spec.algo != "ppo":
-        raise ValueError(f"unknown algorithm {spec.algo!r}: expected ppo or bc")
 
     policy, resume_state = None, None
     ckpt = out / "checkpoint.pt"
@@ -225,7 +246,12 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
                              "use a new --out directory")
     elif spec.init is not None:
         policy, _, _ = load_checkpoint(spec.init)
-    trainer = PPOTrainer(envs, spec.ppo, policy)
+    want = "weights" if spec.algo == "td3" else "node-scoring"
+    if policy is not None and getattr(policy, "KIND", "node-scoring") != want:
+        raise ValueError(f"{spec.algo} trains a {want} policy; the given checkpoint holds a "
+                         f"{getattr(policy, 'KIND', 'node-scoring')} policy")
+    trainer: Any = (TD3Trainer(envs, spec.td3, policy) if spec.algo == "td3"
+                    else PPOTrainer(envs, spec.ppo, policy))
     if resume_state is not None:
         trainer.load_state_dict(resume_state)
 
@@ -273,7 +299,7 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
         row[f"eval_{metric}"] = ""
         row.update({f"ref_{k}": "" for k in reference})
         if spec.eval_every and (u % spec.eval_every == 0 or u == trainer.num_updates):
-            value = evaluate_policy(PolicyScheduler(trainer.policy, typical))
+            value = evaluate_policy(scheduler_for(trainer.policy, typical))
             trainer.policy.train()
             row[f"eval_{metric}"] = value
             for k, v in reference.items():

@@ -152,7 +152,7 @@ def typical_from_dict(d: dict[str, list] | None) -> TypicalPods | None:
                           for k, v in d.items()})
 
 
-def save_checkpoint(path: str | Path, policy: NodeScoringPolicy, *, algorithm: str,
+def save_checkpoint(path: str | Path, policy: nn.Module, *, algorithm: str,
                     hyperparameters: dict[str, Any], typical: TypicalPods | None, data: str,
                     extra: dict[str, Any] | None = None, optimizer: dict | None = None) -> Path:
     """Write weights + metadata atomically (a crash never leaves a half-written file)."""
@@ -162,7 +162,8 @@ def save_checkpoint(path: str | Path, policy: NodeScoringPolicy, *, algorithm: s
         "format": CHECKPOINT_FORMAT, "feature_schema": FEATURE_SCHEMA_VERSION,
         "node_features": list(NODE_FEATURES), "pod_features": list(POD_FEATURES),
         "context_features": list(CONTEXT_FEATURES), "algorithm": algorithm,
-        "hyperparameters": hyperparameters, "policy": asdict(policy.cfg),
+        "hyperparameters": hyperparameters, "kind": getattr(policy, "KIND", "node-scoring"),
+        "policy": asdict(policy.cfg),
         "typical_pods": typical_to_dict(typical), "data_hash": data,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {}),
     }
@@ -175,8 +176,12 @@ def save_checkpoint(path: str | Path, policy: NodeScoringPolicy, *, algorithm: s
     return path
 
 
-def load_checkpoint(path: str | Path) -> tuple[NodeScoringPolicy, dict[str, Any], dict | None]:
-    """(policy, metadata, optimizer state or None); raises CheckpointError if unusable."""
+def load_checkpoint(path: str | Path) -> tuple[Any, dict[str, Any], dict | None]:
+    """(policy, metadata, optimizer state or None); raises CheckpointError if unusable.
+
+    The policy is a :class:`NodeScoringPolicy` or, for ``kind: weights`` checkpoints, a
+    :class:`fedsched.common.weight_policy.WeightPolicy`.
+    """
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint")
@@ -194,35 +199,118 @@ def load_checkpoint(path: str | Path) -> tuple[NodeScoringPolicy, dict[str, Any]
             f"({len(meta.get('node_features', []))} node features), this fedsched uses schema "
             f"{FEATURE_SCHEMA_VERSION} ({len(NODE_FEATURES)} node features); retrain or use a "
             "matching fedsched version")
-    policy = NodeScoringPolicy(PolicyConfig(**meta["policy"]))
+    kind = meta.get("kind", "node-scoring")
+    if kind == "weights":
+        from .weight_policy import WeightPolicy, WeightPolicyConfig
+
+        policy: nn.Module = WeightPolicy(WeightPolicyConfig(**meta["policy"]))
+    elif kind == "node-scoring":
+        policy = NodeScoringPolicy(PolicyConfig(**meta["policy"]))
+    else:
+        raise CheckpointError(f"{path}: unknown policy kind {kind!r}")
     policy.load_state_dict(blob["state_dict"])
     policy.eval()
     return policy, meta, blob.get("optimizer")
 
 
+def scheduler_from_checkpoint(path: str | Path, ctx: SchedulerContext | None = None) -> Scheduler:
+    """The scorer-interface adapter for any checkpoint kind."""
+    policy, meta, _ = load_checkpoint(path)
+    typical = typical_from_dict(meta.get("typical_pods"))
+    if getattr(policy, "KIND", "") == "weights":
+        from .weight_policy import WeightScheduler
+
+        return WeightScheduler(policy, typical, ctx, name=str(path))
+    return PolicyScheduler(policy, typical, ctx, name=str(path))
+
+
 # ---- the scorer adapter --------------------------------------------------------------------
 
+BACKENDS = ("numpy", "torch", "onnx")
+
+
 class PolicyScheduler(Scheduler):
-    """A node-scoring policy behind the scorer interface (greedy: the highest logit wins)."""
+    """A node-scoring policy behind the scorer interface (greedy: the highest logit wins).
+
+    ``backend`` computes the same logits one of three ways: ``numpy`` (``score_numpy``, the
+    default: nothing to set up), ``torch`` (the forward pass) or ``onnx`` (onnxruntime on one
+    thread, on an exported copy of the policy). ``auto`` times every available backend on a
+    synthetic 500-node input and keeps the fastest; ``backend_timings`` holds the medians
+    (seconds per call).
+    """
 
     name = "policy"
 
     def __init__(self, policy: NodeScoringPolicy, typical: TypicalPods | None,
-                 ctx: SchedulerContext | None = None, name: str | None = None) -> None:
+                 ctx: SchedulerContext | None = None, name: str | None = None,
+                 backend: str = "numpy") -> None:
         super().__init__(ctx)
         self.policy = policy.eval()
         self.features = FeatureBuilder(typical)
         if name:
             self.name = name
+        self.backend_timings: dict[str, float] = {}
+        self._onnx: Any = None  # an OnnxScorer once the onnx backend was set up
+        if backend == "auto":
+            self._use_fastest()
+        else:
+            self._use(backend)
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, ctx: SchedulerContext | None = None) -> PolicyScheduler:
+    def from_checkpoint(cls, path: str | Path, ctx: SchedulerContext | None = None,
+                        backend: str = "numpy") -> PolicyScheduler:
         policy, meta, _ = load_checkpoint(path)
-        return cls(policy, typical_from_dict(meta.get("typical_pods")), ctx, name=str(path))
+        return cls(policy, typical_from_dict(meta.get("typical_pods")), ctx, name=str(path), backend=backend)
+
+    def _use(self, backend: str) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; expected auto or one of {', '.join(BACKENDS)}")
+        if backend == "onnx" and self._onnx is None:
+            import tempfile
+
+            from .onnx_export import OnnxScorer, export_onnx
+
+            with tempfile.TemporaryDirectory() as d:  # onnxruntime keeps the model in memory
+                self._onnx = OnnxScorer(export_onnx(self.policy, Path(d) / "policy.onnx"))
+        self.backend = backend
+
+    def _use_fastest(self, n_nodes: int = 500, warmup: int = 5, calls: int = 30) -> None:
+        rng = np.random.default_rng(0)
+        cfg = self.policy.cfg
+        x = tuple(rng.random(shape, dtype=np.float32) for shape in ((n_nodes, cfg.n_node), cfg.n_pod, cfg.n_ctx))
+        for backend in BACKENDS:
+            try:
+                self._use(backend)
+            except ImportError:  # onnx / onnxruntime not installed
+                continue
+            times = []
+            for i in range(warmup + calls):
+                t0 = time.perf_counter()
+                self.logits(*x)
+                if i >= warmup:
+                    times.append(time.perf_counter() - t0)
+            self.backend_timings[backend] = float(np.median(times))
+        best = min(self.backend_timings, key=self.backend_timings.__getitem__)
+        if best != "onnx":
+            self._onnx = None
+        self._use(best)
+
+    def logits(self, nodes: np.ndarray, pod: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+        """float32 logits of one pod over the given (feasible) nodes' features, on ``self.backend``."""
+        if self.backend == "onnx":
+            return self._onnx.logits(nodes, pod, ctx)
+        if self.backend == "torch" and len(nodes):
+            with torch.inference_mode():
+                logits, _ = self.policy(torch.as_tensor(nodes, dtype=torch.float32)[None],
+                                        torch.as_tensor(pod, dtype=torch.float32)[None],
+                                        torch.as_tensor(ctx, dtype=torch.float32)[None],
+                                        torch.ones(1, len(nodes), dtype=torch.bool))
+            return logits[0].numpy()
+        return self.policy.score_numpy(nodes, pod, ctx)
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         f = self.features.build(state, pod, nodes)
-        return self.policy.score_numpy(f.nodes, f.pod, f.context).astype(np.float64)
+        return self.logits(f.nodes, f.pod, f.context).astype(np.float64)
 
     def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
         return self.features.select_gpus(state, pod, node)

@@ -46,16 +46,16 @@ def _checkpoint(name: str, ctx: SchedulerContext) -> Scheduler | None:
         path = default_policy_path()
         if not path.exists():
             raise ValueError(f"the shipped policy is missing ({path}); run scripts/train_default_policy.sh")
-        from ..policy import PolicyScheduler
+        from ..policy import scheduler_from_checkpoint
 
-        sched = PolicyScheduler.from_checkpoint(path, ctx)
+        sched = scheduler_from_checkpoint(path, ctx)
         sched.name = LEARNED
         return sched
     if not (name.endswith(".pt") or Path(name).is_file()):
         return None
-    from ..policy import PolicyScheduler
+    from ..policy import scheduler_from_checkpoint
 
-    return PolicyScheduler.from_checkpoint(name, ctx)
+    return scheduler_from_checkpoint(name, ctx)
 
 
 # Resolvers for names that are not baselines (e.g. checkpoint paths of learned policies).
