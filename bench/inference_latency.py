@@ -5,6 +5,7 @@ states are realistic) this times, over ``--calls`` pods after a warm-up:
 
 - ``torch``: the policy's forward pass in torch (inference mode, one thread);
 - ``numpy``: the same function on the numpy path the scorer uses (``score_numpy``);
+- ``onnx``: the same function exported to ONNX, in onnxruntime (one thread, sequential);
 - ``score``: the whole scorer-interface call (feature building + numpy forward), what
   the simulator, the evaluation and the extender pay per pod.
 
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from threadpoolctl import threadpool_limits
 
 from fedsched.common.cluster import ClusterState, NodeTable, Pod
 from fedsched.common.fragmentation import TypicalPods
+from fedsched.common.onnx_export import OnnxScorer, export_onnx
 from fedsched.common.policy import NodeScoringPolicy, PolicyScheduler, load_checkpoint, typical_from_dict
 from fedsched.common.schedulers import KubeDefault, default_policy_path, place
 from fedsched.common.traces import builtin_trace, load_nodes, load_pods
@@ -85,6 +88,8 @@ def main() -> int:
         torch.manual_seed(0)
         policy, typical = NodeScoringPolicy(), TypicalPods.from_pods(pods)
     sched = PolicyScheduler(policy, typical)
+    with tempfile.TemporaryDirectory() as d:  # onnxruntime keeps the model in memory
+        onnx_scorer = OnnxScorer(export_onnx(policy, Path(d) / "policy.onnx"))
     rng = np.random.default_rng(0)
     out: dict[str, dict] = {"policy": {"path": args.policy or "random-init"}}
     print(f"{'nodes':>6} {'what':>8} {'p50 ms':>8} {'p99 ms':>8}")
@@ -99,10 +104,11 @@ def main() -> int:
                 calls.append((pod, np.arange(n)))  # score every node, the worst case
             if len(calls) >= args.calls:
                 break
-        net_t, np_t, score_t = [], [], []
-        for k, (pod, cand) in enumerate(calls[:20]):  # warm-up
+        net_t, np_t, onnx_t, score_t = [], [], [], []
+        for pod, cand in calls[:20]:  # warm-up
+            f = sched.features.build(state, pod, cand)
+            onnx_scorer.logits(f.nodes, f.pod, f.context)
             sched.score(state, pod, cand)
-            del k
         for pod, cand in calls:
             f = sched.features.build(state, pod, cand)
             x = (torch.from_numpy(f.nodes)[None], torch.from_numpy(f.pod)[None],
@@ -115,11 +121,14 @@ def main() -> int:
             policy.score_numpy(f.nodes, f.pod, f.context)
             np_t.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
+            onnx_scorer.logits(f.nodes, f.pod, f.context)
+            onnx_t.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
             sched.score(state, pod, cand)
             score_t.append(time.perf_counter() - t0)
-        out[str(n)] = {"torch": percentiles(net_t), "numpy": percentiles(np_t), "score": percentiles(score_t),
-                       "calls": len(calls)}
-        for what in ("torch", "numpy", "score"):
+        out[str(n)] = {"torch": percentiles(net_t), "numpy": percentiles(np_t), "onnx": percentiles(onnx_t),
+                       "score": percentiles(score_t), "calls": len(calls)}
+        for what in ("torch", "numpy", "onnx", "score"):
             r = out[str(n)][what]
             print(f"{n:>6} {what:>8} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}")
     p99 = out.get("500", {}).get("score", {}).get("p99_ms")

@@ -277,7 +277,8 @@ class PolicyScheduler(Scheduler):
     def _use_fastest(self, n_nodes: int = 500, warmup: int = 5, calls: int = 30) -> None:
         rng = np.random.default_rng(0)
         cfg = self.policy.cfg
-        x = tuple(rng.random(shape, dtype=np.float32) for shape in ((n_nodes, cfg.n_node), cfg.n_pod, cfg.n_ctx))
+        shapes = ((n_nodes, cfg.n_node), cfg.n_pod, cfg.n_ctx)
+        x = tuple(rng.random(shape, dtype=np.float32) for shape in shapes)
         for backend in BACKENDS:
             try:
                 self._use(backend)
