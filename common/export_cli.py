@@ -22,17 +22,32 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from .onnx_export import PARITY_ATOL, OnnxScorer, export_onnx
+    from .onnx_export import PARITY_ATOL, OnnxScorer, export_onnx, export_weights_onnx
     from .policy import NodeScoringPolicy, load_checkpoint
 
     path = default_policy_path() if args.policy == LEARNED else Path(args.policy)
     policy, meta, _ = load_checkpoint(path)
-    if not isinstance(policy, NodeScoringPolicy):
-        raise ValueError(f"{path}: only node-scoring policies can be exported (this is {meta.get('kind')!r})")
+    rng = np.random.default_rng(0)
+    if not isinstance(policy, NodeScoringPolicy):  # a weight policy (TD3 actor)
+        from .weight_policy import N_SUMMARY, WEIGHT_TERMS
+
+        out = export_weights_onnx(policy, args.onnx, opset=args.opset, meta=meta)
+        print(f"wrote {out} ({out.stat().st_size / 1024:.1f} KiB, opset {args.opset}) from {path}")
+        summary = rng.normal(size=(32, N_SUMMARY)).astype(np.float32)
+        allowed = np.ones(len(WEIGHT_TERMS), bool)
+        with torch.inference_mode():
+            ref = policy.weights(torch.from_numpy(summary), torch.from_numpy(allowed)[None]).numpy()
+        scorer = OnnxScorer(out)
+        got = np.stack([scorer.weights(s, allowed) for s in summary])
+        diff = float(np.abs(got - ref).max())
+        ok = diff <= PARITY_ATOL
+        print(f"parity vs torch on 32 random summaries: max |weight diff| = {diff:.2e} "
+              f"({'ok' if ok else 'FAILED'}, tolerance {PARITY_ATOL:g})")
+        return 0 if ok else 1
     out = export_onnx(policy, args.onnx, opset=args.opset, meta=meta)
     print(f"wrote {out} ({out.stat().st_size / 1024:.1f} KiB, opset {args.opset}) from {path}")
 
-    rng = np.random.default_rng(0)  # parity vs torch on a random 100-node input
+    # parity vs torch on a random 100-node input
     cfg = policy.cfg
     nodes, pod, ctx = (rng.random(s, dtype=np.float32) for s in ((100, cfg.n_node), cfg.n_pod, cfg.n_ctx))
     with torch.inference_mode():

@@ -1,4 +1,9 @@
-"""The policy's single-pod scoring function as an ONNX model, and an onnxruntime scorer for it.
+"""A policy's per-pod function as an ONNX model, and an onnxruntime runner for it.
+
+Both agent kinds export: a node-scoring policy as its scoring function (below), and a
+weight policy (the TD3 actor) as ``summary`` float32 [S] + ``allowed`` bool [T] ->
+``weights`` float32 [T] on the simplex (:func:`export_weights_onnx`, run with
+:meth:`OnnxScorer.weights`). The model's ``fedsched.kind`` property tells them apart.
 
 :func:`export_onnx` writes the function :meth:`NodeScoringPolicy.score_numpy` computes: inputs
 ``nodes`` float32 [N, F] (N dynamic; every node given is feasible), ``pod`` float32 [P] and
@@ -30,6 +35,8 @@ if TYPE_CHECKING:
 PREFIX = "fedsched."
 INPUTS = ("nodes", "pod", "context")
 OUTPUT = "logits"
+WEIGHT_INPUTS = ("summary", "allowed")
+WEIGHT_OUTPUT = "weights"
 PARITY_ATOL = 1e-4  # float32 kernels (MKL/MLAS/numpy BLAS) differ by rounding, ~1e-6 on these logits
 # Checkpoint metadata copied into the model (JSON-encoded); the rest (hyper-parameters,
 # optimizer) is training detail.
@@ -44,7 +51,6 @@ def export_onnx(policy: NodeScoringPolicy, path: str | Path, opset: int = 17,
                 meta: Mapping[str, Any] | None = None) -> Path:
     """Write ``policy``'s single-pod scoring function to ``path`` (atomically); ``meta`` is
     the checkpoint metadata (optional) whose :data:`META_KEYS` are embedded too."""
-    import onnx
     import torch
     from torch import nn
 
@@ -73,14 +79,55 @@ def export_onnx(policy: NodeScoringPolicy, path: str | Path, opset: int = 17,
         torch.onnx.export(SinglePod(policy).eval(), example, buf, dynamo=False, opset_version=opset,
                           input_names=list(INPUTS), output_names=[OUTPUT],
                           dynamic_axes={"nodes": {0: "n_nodes"}, OUTPUT: {0: "n_nodes"}})
-    model = onnx.load_from_string(buf.getvalue())
+    return _write(buf.getvalue(), "node-scoring", meta, path,
+                  "fedsched node-scoring policy: logits of one pod over N feasible nodes")
+
+
+def export_weights_onnx(policy: Any, path: str | Path, opset: int = 17,
+                        meta: Mapping[str, Any] | None = None) -> Path:
+    """Write a weight policy's actor (summary, allowed terms -> simplex weights) to ``path``."""
+    import torch
+    from torch import nn
+
+    from .weight_policy import N_SUMMARY, WEIGHT_TERMS
+
+    class Actor(nn.Module):
+        def __init__(self, policy: Any) -> None:
+            super().__init__()
+            self.policy = policy
+
+        def forward(self, summary: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+            return self.policy.weights(summary[None], allowed[None])[0]
+
+    if (policy.cfg.n_summary, policy.cfg.n_terms) != (N_SUMMARY, len(WEIGHT_TERMS)):
+        raise OnnxSchemaError(f"weight policy sizes {(policy.cfg.n_summary, policy.cfg.n_terms)} do not "
+                              f"match feature schema {FEATURE_SCHEMA_VERSION}")
+    example = (torch.zeros(N_SUMMARY), torch.ones(len(WEIGHT_TERMS), dtype=torch.bool))
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(Actor(policy).eval(), example, buf, dynamo=False, opset_version=opset,
+                          input_names=list(WEIGHT_INPUTS), output_names=[WEIGHT_OUTPUT])
+    return _write(buf.getvalue(), "weights", meta, path,
+                  "fedsched weight policy: resource weights on the simplex for one pod")
+
+
+def _write(model_bytes: bytes, kind: str, meta: Mapping[str, Any] | None, path: str | Path,
+           doc: str) -> Path:
+    """Attach the fedsched metadata, check and save atomically."""
+    import onnx
+
+    from .weight_policy import WEIGHT_TERMS
+
+    model = onnx.load_from_string(model_bytes)
     props = {
-        "feature_schema": FEATURE_SCHEMA_VERSION, "node_features": list(NODE_FEATURES),
+        "kind": kind, "feature_schema": FEATURE_SCHEMA_VERSION, "node_features": list(NODE_FEATURES),
         "pod_features": list(POD_FEATURES), "context_features": list(CONTEXT_FEATURES),
+        **({"weight_terms": list(WEIGHT_TERMS)} if kind == "weights" else {}),
         **{k: meta[k] for k in META_KEYS if meta and k in meta},
     }
     onnx.helper.set_model_props(model, {PREFIX + k: json.dumps(v) for k, v in props.items()})
-    model.doc_string = "fedsched node-scoring policy: logits of one pod over N feasible nodes"
+    model.doc_string = doc
     onnx.checker.check_model(model)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,13 +172,25 @@ class OnnxScorer:
                 f"({len(m.get('node_features') or [])} node features), this fedsched uses schema "
                 f"{FEATURE_SCHEMA_VERSION} ({len(NODE_FEATURES)} node features); re-export from a "
                 "matching checkpoint or use a matching fedsched version")
+        self.kind = m.get("kind", "node-scoring")
+        want = (list(WEIGHT_INPUTS), [WEIGHT_OUTPUT]) if self.kind == "weights" else (list(INPUTS), [OUTPUT])
         got = [i.name for i in self.session.get_inputs()], [o.name for o in self.session.get_outputs()]
-        if got != (list(INPUTS), [OUTPUT]):
-            raise OnnxSchemaError(f"{self.path}: inputs/outputs {got}, expected {list(INPUTS)} -> {OUTPUT}")
+        if got != want:
+            raise OnnxSchemaError(f"{self.path}: inputs/outputs {got}, expected {want[0]} -> {want[1]}")
 
     def logits(self, nodes: np.ndarray, pod: np.ndarray, context: np.ndarray) -> np.ndarray:
         """float32 logits [N] of one pod over the N given (feasible) nodes."""
         feed = {"nodes": np.ascontiguousarray(nodes, dtype=np.float32),
                 "pod": np.ascontiguousarray(pod, dtype=np.float32),
                 "context": np.ascontiguousarray(context, dtype=np.float32)}
+        if self.kind != "node-scoring":
+            raise OnnxSchemaError(f"{self.path}: a {self.kind} model has no node logits; use weights()")
         return self.session.run([OUTPUT], feed)[0]
+
+    def weights(self, summary: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+        """float32 simplex weights [T] of a weight policy for one pod."""
+        if self.kind != "weights":
+            raise OnnxSchemaError(f"{self.path}: a {self.kind} model has no weights; use logits()")
+        feed = {"summary": np.ascontiguousarray(summary, dtype=np.float32),
+                "allowed": np.ascontiguousarray(allowed, dtype=bool)}
+        return self.session.run([WEIGHT_OUTPUT], feed)[0]

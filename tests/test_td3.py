@@ -150,3 +150,24 @@ def test_weight_checkpoint_round_trip_and_scheduler(tmp_path):
     assert isinstance(sched, WeightScheduler)
     res = run_packing(nodes, pods, sched, target_load=0.8, seed=1)
     assert np.isfinite(res.metrics["alloc_cpu"])
+
+
+def test_weight_policy_onnx_parity_and_gpu_mask(tmp_path):
+    from fedsched.common.onnx_export import OnnxScorer, export_weights_onnx
+
+    torch.manual_seed(4)
+    policy = WeightPolicy()
+    torch.nn.init.normal_(policy.actor[-1].weight, std=2.0)  # far from uniform weights
+    path = export_weights_onnx(policy, tmp_path / "w.onnx")
+    scorer = OnnxScorer(path)
+    assert scorer.kind == "weights"
+    rng = np.random.default_rng(0)
+    for has_gpus in (True, False):
+        allowed = gpu_mask(has_gpus)
+        for _ in range(20):
+            s = rng.normal(size=N_SUMMARY).astype(np.float32)
+            ref = policy.weights_numpy(s, allowed)
+            got = scorer.weights(s, allowed)
+            np.testing.assert_allclose(got, ref, atol=1e-5)  # float32 kernels differ by rounding only
+            assert abs(got.sum() - 1) < 1e-5 and (has_gpus or (got[GPU_TERMS] < 1e-9).all())
+    assert np.ptp(scorer.weights(rng.normal(size=N_SUMMARY).astype(np.float32), gpu_mask(True))) > 0.01
