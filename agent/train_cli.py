@@ -46,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-every", type=int, default=10, help="updates between evaluations (0: never)")
     p.add_argument("--checkpoint-every", type=int, default=10, help="updates between checkpoints")
     p.add_argument("--target-load", type=float, default=1.3)
+    p.add_argument("--replay-load", type=float, default=None,
+                   help="replay: scale pod durations to this mean requested load (fraction)")
+    p.add_argument("--time-compression", type=float, default=None, help="replay: trace s per sim s")
+    p.add_argument("--start-quantile", type=float, default=None,
+                   help="replay: start at the creation time of this quantile of pods")
     p.add_argument("--test-fraction", type=float, default=0.3)
     p.add_argument("--time-budget", type=float, default=None, help="stop after this many minutes")
     p.add_argument("--allow-oversized", action="store_true")
@@ -62,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--steps, --num-envs and --num-steps must be positive")
     nodes = load_nodes(resolve_path(args.nodes))
     pods = load_pods(resolve_path(args.pods), nodes, allow_oversized=args.allow_oversized)
+    replay_args = (("target_load", args.replay_load), ("time_compression", args.time_compression),
+                   ("start_quantile", args.start_quantile))
+    replay = {k: v for k, v in replay_args if v is not None}
     spec = TrainSpec(
         nodes=nodes, pods=pods, out=Path(args.out), mode=args.mode, algo=args.algo, teacher=args.teacher,
         bc=BCConfig(samples=args.bc_samples, epochs=args.bc_epochs, seed=args.seed),
@@ -76,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every, resume=args.resume,
         init=Path(args.init) if args.init else None,
         time_budget_s=args.time_budget * 60 if args.time_budget else None,
+        replay=replay,
     )
     bar: tqdm | None = None
 
