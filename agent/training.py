@@ -100,7 +100,7 @@ def fits_somewhere(pods: PodTable, nodes: NodeTable) -> PodTable:
 
 def eval_metric_name(nodes: NodeTable, mode: str) -> str:
     if mode == "replay":
-        return "frag_ratio"
+        return "overload_events"  # the replay objective that matters most for safety
     # The final allocation (the run ends at the target load): always defined, unlike the
     # artefact's binned value at exactly the target, which is empty on small clusters.
     return "alloc_gpu" if nodes.total_gpu_milli else "alloc_cpu"
@@ -266,7 +266,7 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
         pass
     prog_log = _CsvLog(out / "progress.csv", append=spec.resume)
     ep_log = _CsvLog(out / "episodes.csv", append=spec.resume)
-    higher_better = metric != "frag_ratio"
+    higher_better = metric not in ("frag_ratio", "overload_events")
     best = {"value": -np.inf if higher_better else np.inf, "update": 0}
     if resume_state is not None and isinstance(meta.get("best_eval"), dict):
         best.update(meta["best_eval"])  # a resumed run replaces best.pt only when it beats it
