@@ -17,6 +17,11 @@
   the optimiser state for ``--resume``) every ``checkpoint_every`` updates and at the end,
   ``best.pt`` at the best evaluation.
 
+Continuous training (``algo="finetune"``): the ``init`` checkpoint (either policy kind) is
+fitted by behaviour cloning, with a small learning rate, to the newest ``window`` decisions of
+a :class:`~fedsched.agent.decision_log.DecisionLog` (what the online agent records, or
+``record_log`` of a bc run), and judged on the held-out run before and after.
+
 A resumed run continues the update count, learning-rate schedule and optimiser state;
 its environments start fresh episodes, so it is not bit-identical to an uninterrupted run.
 """
@@ -58,7 +63,7 @@ class TrainSpec:
     pods: PodTable
     out: Path
     mode: str = "packing"  # packing | replay
-    algo: str = "ppo"  # ppo | td3 | bc
+    algo: str = "ppo"  # ppo | td3 | bc | finetune
     ppo: PPOConfig = field(default_factory=PPOConfig)
     td3: TD3Config = field(default_factory=TD3Config)
     bc: BCConfig = field(default_factory=BCConfig)
@@ -77,6 +82,9 @@ class TrainSpec:
     init: Path | None = None  # start from these weights (e.g. a behaviour-cloning checkpoint)
     time_budget_s: float | None = None  # stop after this much wall time
     replay: dict[str, Any] = field(default_factory=dict)  # ReplayConfig fields for replay mode
+    record_log: Path | None = None  # bc: also append the teacher's decisions to this DecisionLog
+    log: Path | None = None  # finetune: the DecisionLog to fine-tune ``init`` on (bc settings, lr)
+    window: int = 5000  # finetune: the most recent decisions of ``log`` to fit
 
 
 def slice_cluster(nodes: NodeTable, k: int, seed: int) -> NodeTable:
@@ -171,9 +179,14 @@ def _run_bc(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, typical:
     torch.manual_seed(spec.bc.seed)
     teacher = make_scheduler(spec.teacher, SchedulerContext(train_pods=train,
                                                             rng=np.random.default_rng(spec.bc.seed)))
-    log = collect(envs, teacher, spec.bc.samples,
-                  progress=(lambda n: progress({"phase": "collect", "samples": n}, spec.bc.samples))
-                  if progress else None)
+    on_sample = ((lambda n: progress({"phase": "collect", "samples": n}, spec.bc.samples))
+                 if progress else None)
+    if spec.record_log is not None:
+        from .decision_log import DecisionLog, record
+
+        log = record(envs, teacher, spec.bc.samples, DecisionLog(spec.record_log), progress=on_sample)
+    else:
+        log = collect(envs, teacher, spec.bc.samples, progress=on_sample)
     if spec.policy_kind == "weights":
         from fedsched.common.weight_policy import WeightPolicy, WeightPolicyConfig
 
@@ -207,19 +220,116 @@ def _run_bc(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, typical:
     summary = {"algorithm": "bc", "teacher": spec.teacher, "samples": len(log), "metric": metric,
                "best_eval": best, "reference": reference, "epochs": epochs,
                "wall_s": round(time.time() - t_start, 1), "checkpoint": str(ckpt)}
+    if spec.record_log is not None:
+        summary["decision_log"] = str(spec.record_log)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    return summary
+
+
+def _check_finetune(spec: TrainSpec) -> None:
+    """Refuse a fine-tuning run that cannot start (before anything is written)."""
+    from .decision_log import DecisionLog
+
+    if spec.init is None:
+        raise ValueError("--log fine-tunes an existing checkpoint: give it with --init CKPT")
+    if spec.window < 1:
+        raise ValueError(f"--window must be positive, got {spec.window}")
+    log_dir = Path(spec.log)  # type: ignore[arg-type]
+    if not log_dir.is_dir():
+        raise ValueError(f"--log {log_dir}: no decision log there (expected a directory of chunk-*.npz)")
+    if not len(DecisionLog(log_dir)):
+        raise ValueError(f"--log {log_dir}: the decision log is empty")
+    if not Path(spec.init).is_file():
+        raise ValueError(f"--init {spec.init}: no such checkpoint")
+
+
+def _run_finetune(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, typical: TypicalPods,
+                  data: str, progress: Any) -> dict[str, Any]:
+    """Continuous training: behaviour cloning of ``spec.init`` on the newest ``spec.window``
+    decisions of the decision log ``spec.log`` (small learning rate, ``spec.bc`` settings),
+    evaluated on the held-out run before and after.
+
+    ``checkpoint.pt`` holds the fine-tuned weights; ``best.pt`` the better of them and the
+    initial weights on the held-out evaluation (the fine-tuned ones on a tie or without one).
+    """
+    import copy
+
+    import torch
+
+    from fedsched.common.policy import typical_from_dict
+
+    from .decision_log import DecisionLog, summarize
+
+    t_start = time.time()
+    log_dir = Path(spec.log)  # type: ignore[arg-type]  # checked by _check_finetune
+    records = DecisionLog(log_dir).tail_records(spec.window)
+    policy, init_meta, _ = load_checkpoint(spec.init)  # type: ignore[arg-type]
+    # The policy's features (and the logged ones, written by the model in service) use the
+    # checkpoint's typical pods; the simulator of the held-out run uses the training split's.
+    policy_typical = typical_from_dict(init_meta.get("typical_pods")) or typical
+    torch.manual_seed(spec.bc.seed)
+    metric, evaluate_policy, reference = _held_out(spec, train, val, typical)
+    evaluate = bool(spec.eval_every)
+    before = evaluate_policy(scheduler_for(policy, policy_typical)) if evaluate else float("nan")
+    init_policy = copy.deepcopy(policy)
+    epochs: list[dict[str, float]] = []
+
+    def on_epoch(stats: dict[str, float]) -> None:
+        epochs.append(stats)
+        if progress is not None:
+            progress({"phase": "finetune", **stats}, spec.bc.epochs)
+
+    fit(policy, [r.decision for r in records], spec.bc, on_epoch=on_epoch)
+    after = evaluate_policy(scheduler_for(policy, policy_typical)) if evaluate else float("nan")
+    higher_better = metric != "frag_ratio"
+    kept_init = bool(np.isfinite(before) and np.isfinite(after)
+                     and (before > after if higher_better else before < after))
+    best = {"value": before if kept_init else after, "update": 0,
+            "weights": "init" if kept_init else "finetuned"}
+    hyper = {"mode": spec.mode, "target_load": spec.target_load, "test_fraction": spec.test_fraction,
+             "val_fraction": spec.val_fraction, "eval_nodes": spec.eval_nodes, "eval_seed": spec.eval_seed,
+             **{k: v for k, v in asdict(spec.bc).items() if k != "samples"}, "window": spec.window,
+             "policy_kind": getattr(policy, "KIND", "node-scoring")}
+    log_info = summarize(records)
+    extra = {"eval_metric": metric, "best_eval": best, "eval_before": before, "eval_after": after,
+             "init_checkpoint": str(spec.init), "init_algorithm": init_meta.get("algorithm"),
+             "init_data_hash": init_meta.get("data_hash"), "decision_log": str(log_dir),
+             "window": spec.window, "log_decisions": log_info["decisions"],
+             "log_model_versions": log_info["model_versions"]}
+    meta = dict(algorithm="finetune", hyperparameters=hyper, typical=policy_typical, data=data)
+    ckpt = save_checkpoint(out / "checkpoint.pt", policy, extra=extra, **meta)
+    save_checkpoint(out / "best.pt", init_policy if kept_init else policy, extra=extra, **meta)
+    with (out / "finetune.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(epochs[0]))
+        w.writeheader()
+        w.writerows(epochs)
+    summary = {"algorithm": "finetune", "init": str(spec.init), "log": str(log_dir), "window": spec.window,
+               **log_info, "learning_rate": spec.bc.learning_rate, "metric": metric,
+               "eval_before": before, "eval_after": after, "best_eval": best, "reference": reference,
+               "epochs": epochs, "wall_s": round(time.time() - t_start, 1), "checkpoint": str(ckpt),
+               "best_checkpoint": str(out / "best.pt")}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     return summary
 
 
 def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
-    """Train a policy (PPO, TD3 or BC); returns a summary (also written to out/summary.json)."""
-    if spec.algo not in ("ppo", "td3", "bc"):
-        raise ValueError(f"unknown algorithm {spec.algo!r}: expected ppo, td3 or bc")
+    """Train a policy (PPO, TD3, BC) or fine-tune one on a decision log; returns a summary
+    (also written to out/summary.json)."""
+    if spec.algo not in ("ppo", "td3", "bc", "finetune"):
+        raise ValueError(f"unknown algorithm {spec.algo!r}: expected ppo, td3, bc or finetune")
+    if (spec.algo == "finetune") != (spec.log is not None):
+        raise ValueError("fine-tuning on a decision log needs both algorithm finetune and --log DIR")
+    if spec.record_log is not None and spec.algo != "bc":
+        raise ValueError("--record-log records the teacher's decisions of --algo bc")
+    if spec.algo == "finetune":
+        _check_finetune(spec)
     seed = spec.td3.seed if spec.algo == "td3" else spec.ppo.seed
     out = Path(spec.out)
     out.mkdir(parents=True, exist_ok=True)
     train, val, _test = split_train_val_test(spec.pods, spec.test_fraction, spec.val_fraction)
     typical = TypicalPods.from_pods(train)
+    if spec.algo == "finetune":
+        return _run_finetune(spec, out, train, val, typical, data_hash(train), progress)
     env_cfg = dict(mode=spec.mode, target_load=spec.target_load, replay=spec.replay)
     clusters = [slice_cluster(spec.nodes, spec.slice_nodes, seed * 7919 + i) for i in range(spec.num_envs)]
     n_max = max(len(c) for c in clusters)
