@@ -232,8 +232,8 @@ def _check_finetune(spec: TrainSpec) -> None:
 
     if spec.init is None:
         raise ValueError("--log fine-tunes an existing checkpoint: give it with --init CKPT")
-    if spec.window < 1:
-        raise ValueError(f"--window must be positive, got {spec.window}")
+    if spec.window < 1 or spec.bc.epochs < 1:
+        raise ValueError(f"--window and --bc-epochs must be positive, got {spec.window} and {spec.bc.epochs}")
     log_dir = Path(spec.log)  # type: ignore[arg-type]
     if not log_dir.is_dir():
         raise ValueError(f"--log {log_dir}: no decision log there (expected a directory of chunk-*.npz)")
@@ -266,7 +266,9 @@ def _run_finetune(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, ty
     policy, init_meta, _ = load_checkpoint(spec.init)  # type: ignore[arg-type]
     # The policy's features (and the logged ones, written by the model in service) use the
     # checkpoint's typical pods; the simulator of the held-out run uses the training split's.
-    policy_typical = typical_from_dict(init_meta.get("typical_pods")) or typical
+    policy_typical = typical_from_dict(init_meta.get("typical_pods"))
+    if policy_typical is None:
+        policy_typical = typical
     torch.manual_seed(spec.bc.seed)
     metric, evaluate_policy, reference = _held_out(spec, train, val, typical)
     evaluate = bool(spec.eval_every)
@@ -281,7 +283,7 @@ def _run_finetune(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, ty
 
     fit(policy, [r.decision for r in records], spec.bc, on_epoch=on_epoch)
     after = evaluate_policy(scheduler_for(policy, policy_typical)) if evaluate else float("nan")
-    higher_better = metric != "frag_ratio"
+    higher_better = metric not in ("frag_ratio", "overload_events")  # as the other algorithms select
     kept_init = bool(np.isfinite(before) and np.isfinite(after)
                      and (before > after if higher_better else before < after))
     best = {"value": before if kept_init else after, "update": 0,
