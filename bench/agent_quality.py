@@ -58,16 +58,16 @@ def scenarios(quick: bool) -> list[tuple[str, EvalSpec]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", action="append", dest="policies",
-                    help="learned policy checkpoint(s) (default: 'learned', the shipped one)")
+                    help="learned policy checkpoint(s) (default: the shipped 'learned' and 'learned-td3')")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="fewer scenarios (a smoke run)")
     ap.add_argument("--only", help="comma-separated scenario name prefixes to run")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args()
-    learned = args.policies or ["learned"]
+    learned = args.policies or ["learned", "learned-td3"]
     for p in learned:
-        if p != "learned" and not Path(p).exists():
+        if p not in ("learned", "learned-td3") and not Path(p).exists():
             print(f"no checkpoint at {p}", file=sys.stderr)
             return 2
     result: dict[str, dict] = {"scenarios": {}, "learned": learned, "seeds": args.seeds}

@@ -30,26 +30,28 @@ BASELINES: dict[str, type[Scheduler]] = {
 
 
 
-LEARNED = "learned"  # the name of the policy shipped with fedsched
+LEARNED = "learned"  # the name of the node-scoring policy shipped with fedsched
+LEARNED_TD3 = "learned-td3"  # the shipped TD3 weight policy (trained in replay mode)
+SHIPPED = {LEARNED: "default.pt", LEARNED_TD3: "td3-replay.pt"}
 
 
-def default_policy_path() -> Path:
-    """The shipped checkpoint (agent/policies/default.pt)."""
+def default_policy_path(name: str = LEARNED) -> Path:
+    """A shipped checkpoint (agent/policies/default.pt for 'learned')."""
     from importlib import resources
 
-    return Path(str(resources.files("fedsched.agent").joinpath("policies", "default.pt")))
+    return Path(str(resources.files("fedsched.agent").joinpath("policies", SHIPPED[name])))
 
 
 def _checkpoint(name: str, ctx: SchedulerContext) -> Scheduler | None:
     """A learned policy from its checkpoint file (torch is imported only here)."""
-    if name == LEARNED:
-        path = default_policy_path()
+    if name in SHIPPED:
+        path = default_policy_path(name)
         if not path.exists():
-            raise ValueError(f"the shipped policy is missing ({path}); run scripts/train_default_policy.sh")
+            raise ValueError(f"the shipped policy is missing ({path}); see agent/policies/README.md")
         from ..policy import scheduler_from_checkpoint
 
         sched = scheduler_from_checkpoint(path, ctx)
-        sched.name = LEARNED
+        sched.name = name
         return sched
     if not (name.endswith(".pt") or Path(name).is_file()):
         return None
@@ -72,7 +74,7 @@ def make_scheduler(name: str, ctx: SchedulerContext | None = None) -> Scheduler:
         if sched is not None:
             return sched
     raise ValueError(f"unknown policy {name!r}; baselines: {', '.join(sorted(BASELINES))}, "
-                     f"'{LEARNED}' (the shipped policy) or a checkpoint path (*.pt)")
+                     f"{', '.join(map(repr, SHIPPED))} (shipped policies) or a checkpoint path (*.pt)")
 
 
 __all__ = [
