@@ -171,3 +171,30 @@ def test_weight_policy_onnx_parity_and_gpu_mask(tmp_path):
             np.testing.assert_allclose(got, ref, atol=1e-5)  # float32 kernels differ by rounding only
             assert abs(got.sum() - 1) < 1e-5 and (has_gpus or (got[GPU_TERMS] < 1e-9).all())
     assert np.ptp(scorer.weights(rng.normal(size=N_SUMMARY).astype(np.float32), gpu_mask(True))) > 0.01
+
+
+def test_train_cli_bc_weights_then_td3_from_it(tmp_path, capsys):
+    from fedsched.common.cli import main
+    from fedsched.common.synthetic import write_csvs
+
+    nodes, pods = generate_cluster("gpu", seed=11, n_nodes=16, n_pods=140)
+    n_csv, p_csv = write_csvs(nodes, pods, tmp_path, "c")
+    common = ["--nodes", str(n_csv), "--pods", str(p_csv), "--slice-nodes", "0", "--eval-nodes", "0",
+              "--num-envs", "1"]
+    assert main(["train", "--algo", "bc", "--policy-kind", "weights", "--teacher", "fgd", "--bc-samples",
+                 "300", "--bc-epochs", "2", "--out", str(tmp_path / "bc"), *common]) == 0
+    bc_ckpt = tmp_path / "bc" / "checkpoint.pt"
+    assert load_checkpoint(bc_ckpt)[1]["kind"] == "weights"
+    assert main(["train", "--algo", "td3", "--init", str(bc_ckpt), "--steps", "1200", "--eval-every", "1",
+                 "--checkpoint-every", "1", "--out", str(tmp_path / "td3"), *common]) == 0
+    policy, meta, opt = load_checkpoint(tmp_path / "td3" / "checkpoint.pt")
+    assert isinstance(policy, WeightPolicy) and meta["algorithm"] == "td3" and "actor_opt" in opt
+    header = (tmp_path / "td3" / "progress.csv").read_text().splitlines()[0].split(",")
+    assert {"critic_loss", "actor_loss", "q_mean", "steps_per_s", "w_free_cpu", "w_load_gpu"} <= set(header)
+    # A node-scoring checkpoint cannot seed TD3.
+    from fedsched.common.schedulers import default_policy_path
+
+    capsys.readouterr()
+    assert main(["train", "--algo", "td3", "--init", str(default_policy_path()), "--steps", "100",
+                 "--out", str(tmp_path / "bad"), *common]) == 2
+    assert "weights policy" in capsys.readouterr().err
