@@ -14,6 +14,7 @@ restricts the GPU models a pod accepts (empty: any).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -161,6 +162,9 @@ class Pod:
         )
 
 
+_STATE_SERIAL = itertools.count()
+
+
 class ClusterState:
     """Requested resources per node and free share per GPU; the simulator mutates it.
 
@@ -171,6 +175,8 @@ class ClusterState:
 
     def __init__(self, nodes: NodeTable) -> None:
         self.nodes = nodes
+        # Unique per state object (unlike id(), never reused): caches key on it.
+        self.serial = next(_STATE_SERIAL)
         n = len(nodes)
         self.cpu_req = np.zeros(n, dtype=np.int64)
         self.mem_req = np.zeros(n, dtype=np.int64)
@@ -198,6 +204,7 @@ class ClusterState:
     def copy(self) -> ClusterState:
         c = ClusterState.__new__(ClusterState)
         c.nodes = self.nodes
+        c.serial = next(_STATE_SERIAL)
         for k in ("cpu_req", "mem_req", "cpu_req_nz", "mem_req_nz", "io_req", "net_req", "gpu_exists",
                   "gpu_free", "alive", "version", "gpu_tag_pods", "cpu_used", "mem_used"):
             setattr(c, k, getattr(self, k).copy())

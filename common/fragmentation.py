@@ -139,14 +139,14 @@ class NodeFragCache:
 
     def __init__(self, fm: FragmentationModel) -> None:
         self.fm = fm
-        self._state_id = -1
+        self._state_serial = -1
         self._version = np.zeros(0, dtype=np.int64)
 
     def get(self, state: ClusterState, nodes: np.ndarray) -> tuple[np.ndarray, ...]:
         """(idle, cnt, tot, F) of ``nodes`` now."""
         n = len(state.nodes)
-        if self._state_id != id(state) or len(self._version) != n:
-            self._state_id = id(state)
+        if self._state_serial != state.serial or len(self._version) != n:
+            self._state_serial = state.serial
             self._version = np.full(n, -1, dtype=np.int64)
             j = len(self.fm.thresholds)
             self._idle, self._f = np.zeros(n), np.zeros(n)
