@@ -97,7 +97,7 @@ def _weight_batch(log: list[Decision], idx: np.ndarray) -> tuple[torch.Tensor, .
     target = np.zeros((len(idx), k), bool)
     for j, i in enumerate(idx):
         d = log[i]
-        x, summary = weight_inputs(Features(d.nodes.astype(np.float32), d.pod, d.context, np.zeros(0)))
+        x, summary = weight_inputs(Features(d.nodes.astype(np.float32), d.pod, d.context))
         pad = np.zeros((k, x.shape[1]), np.float32)
         pad[: len(x)] = x
         xs.append(pad)

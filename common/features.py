@@ -78,7 +78,6 @@ class Features:
     nodes: np.ndarray  # float32 [K, len(NODE_FEATURES)]
     pod: np.ndarray  # float32 [len(POD_FEATURES)]
     context: np.ndarray  # float32 [len(CONTEXT_FEATURES)]
-    gpu_choice: np.ndarray  # int64 [K]: GPU a sharing pod would take (-1 otherwise)
 
 
 class FeatureBuilder:
@@ -121,14 +120,13 @@ class FeatureBuilder:
         free = state.gpu_free[nodes]
         gpu_left = free.sum(axis=1).astype(np.float64)
         fm = self.frag_model(state)
-        gpu_choice = np.full(k, -1, dtype=np.int64)
         if fm is not None:
             model = nt.model[nodes]
             cache = self._caches.setdefault(id(fm), NodeFragCache(fm))
             rows, gpus, delta, frag_before = placement_deltas(fm, cpu_left, free, model, pod.cpu_nonzero,
                                                               pod.num_gpu, pod.gpu_milli,
                                                               parts=cache.get(state, nodes))
-            frag_removed, gpu_choice = best_per_node(k, rows, gpus, delta)
+            frag_removed, _ = best_per_node(k, rows, gpus, delta)
             frag_removed = np.where(np.isfinite(frag_removed), frag_removed, 0.0)
         else:
             frag_removed = np.zeros(k)
@@ -173,7 +171,7 @@ class FeatureBuilder:
             np.log1p(tel.queue_len), (n_feasible if n_feasible is not None else k) / max(int(alive.sum()), 1),
             np.log(max(int(alive.sum()), 1)) / 10.0,
         ], dtype=np.float32)
-        return Features(node_feats, self.pod_features(pod), context, gpu_choice)
+        return Features(node_feats, self.pod_features(pod), context)
 
     def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
         """The GPU(s) for ``pod`` on ``node``: FGD's rule for sharing pods when possible."""

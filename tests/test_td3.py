@@ -49,7 +49,7 @@ class PickMostFreeCpu:
         if len(self.nodes) == 0:
             self.nodes = np.array([0])
         self.feats = Features(feats[self.nodes], np.zeros(len(POD_FEATURES), np.float32),
-                              np.zeros(len(CONTEXT_FEATURES), np.float32), np.zeros(0))
+                              np.zeros(len(CONTEXT_FEATURES), np.float32))
 
     @property
     def decision(self):
