@@ -27,6 +27,7 @@ from torch import nn
 
 from fedsched.common.features import CONTEXT_FEATURES, NODE_FEATURES, POD_FEATURES
 from fedsched.common.policy import NodeScoringPolicy, PolicyConfig
+from fedsched.common.weight_codec import proximal_term
 
 from .env import SchedulingEnv
 
@@ -49,6 +50,7 @@ class PPOConfig:
     max_grad_norm: float = 0.5  # global gradient-norm clip
     target_kl: float | None = 0.05  # stop an update's epochs early past this KL (None: never)
     critic_warmup: int = 0  # first updates train only the critic (for a warm-started actor)
+    proximal_mu: float = 0.0  # FedProx: weight of mu/2 ||w - w_anchor||^2 (needs an anchor)
     hidden: int = 64  # width of the policy's hidden layers
     seed: int = 1  # seeds torch, numpy and the environments
     torch_threads: int = 1  # intra-op threads (the envs are the bottleneck)
@@ -87,13 +89,16 @@ class PPOTrainer:
     """Holds the policy, optimiser and environments; :meth:`train` runs updates."""
 
     def __init__(self, envs: list[SchedulingEnv], cfg: PPOConfig,
-                 policy: NodeScoringPolicy | None = None) -> None:
+                 policy: NodeScoringPolicy | None = None,
+                 anchor: dict[str, torch.Tensor] | None = None) -> None:
         self.envs, self.cfg = envs, cfg
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.set_num_threads(cfg.torch_threads)
         self.policy = policy or NodeScoringPolicy(PolicyConfig(hidden=cfg.hidden))
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        # FedProx anchor: the global weights received this federated round.
+        self.anchor = {k: v.detach().clone() for k, v in anchor.items()} if anchor else None
         self.n_max = max(env.max_nodes for env in envs)
         self.global_step = 0
         self.update = 0
@@ -211,6 +216,9 @@ class PPOTrainer:
                         loss = cfg.vf_coef * v_loss
                     else:
                         loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+                    if self.anchor is not None and cfg.proximal_mu > 0:
+                        params = dict(policy.named_parameters())
+                        loss = loss + proximal_term(params, self.anchor, cfg.proximal_mu)
                     self.optimizer.zero_grad()
                     loss.backward()
                     nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)

@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, str] = {
     "evaluate": "fedsched.common.evaluate_cli:register",
     "train": "fedsched.agent.train_cli:register",
     "export": "fedsched.common.export_cli:register",
+    "certs": "fedsched.common.certs_cli:register",
 }
 
 
