@@ -1,0 +1,151 @@
+"""A member cluster's side of federated learning, independent of Flower's message plumbing.
+
+- :func:`member_cluster`: which cluster a simulated member runs, by partition id:
+  0 an openb GPU training slice (the openb default pods' train part), 1 a CPU web cluster
+  with diurnal synthetic load, 2 a small edge cluster, then the three profiles again with
+  other seeds, so any number of non-IID members can be simulated.
+- :class:`MemberState`: what outlives a run in the member's state directory: its local
+  weights ``W_local``, the INT8 error-feedback residual, and the change accumulated since
+  its last upload (all ``.npz``, written atomically).
+- :func:`local_round`: one federated round on the member: start from the personalised mix
+  ``eta * W_local + (1 - eta) * W_global`` (the global weights alone the first time),
+  train ``steps`` PPO decisions on the member's cluster (with FedProx's proximal term
+  anchored at ``W_global`` when ``mu > 0``), keep the result as ``W_local``, and return the
+  delta to upload (``W_local_new - W_global``) with the number of decisions trained on;
+  ``upload=False`` when the member skips this round (sparse communication).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedsched.common.cluster import NodeTable, PodTable
+from fedsched.common.fragmentation import TypicalPods
+from fedsched.common.policy import NodeScoringPolicy
+from fedsched.common.synthetic import generate_cluster
+from fedsched.common.traces import builtin_trace, load_nodes, load_pods, split_by_hash
+from fedsched.common.weight_codec import personalised_mix
+
+from .env import EnvConfig, SchedulingEnv
+from .ppo import PPOConfig, PPOTrainer
+from .training import fits_somewhere, slice_cluster
+
+PROFILES = ("gpu-openb", "web", "edge")
+
+
+@dataclass
+class Member:
+    name: str
+    nodes: NodeTable
+    train: PodTable  # the member's training pods
+    test: PodTable  # its held-out pods (evaluation only)
+
+
+def member_cluster(partition_id: int, openb_nodes: int = 120) -> Member:
+    """The simulated member cluster of a partition (see the module docstring)."""
+    kind = PROFILES[partition_id % len(PROFILES)]
+    seed = 1000 + partition_id
+    if kind == "gpu-openb":
+        nodes = load_nodes(builtin_trace("openb_node_list_gpu_node.csv"))
+        nodes = slice_cluster(nodes, openb_nodes, seed)
+        pods = load_pods(builtin_trace("openb_pod_list_default.csv"), nodes, allow_oversized=True)
+        pods = fits_somewhere(pods, nodes)
+    else:
+        nodes, pods = generate_cluster(kind, seed=seed)
+    train, test = split_by_hash(pods, 0.3)
+    return Member(f"{kind}-{partition_id}", nodes, train, test)
+
+
+def config_value(run_config, key: str, default):
+    """A run-config value, else the environment's ``FEDSCHED_<KEY>`` (dashes as underscores),
+    else ``default``; converted to ``default``'s type. The environment fallback serves
+    ``flwr.simulation.run_simulation`` (which passes no run config) and deployments."""
+    import os
+
+    value = run_config.get(key) if run_config is not None else None
+    if value is None:
+        value = os.environ.get("FEDSCHED_" + key.upper().replace("-", "_"))
+    return default if value is None else type(default)(value)
+
+
+def weights_of(policy: torch.nn.Module) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy().copy() for k, v in policy.state_dict().items()}
+
+
+def load_weights(policy: torch.nn.Module, weights: dict[str, np.ndarray]) -> None:
+    policy.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in weights.items()})
+
+
+def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        np.savez(f, **arrays)
+    os.replace(tmp, path)
+
+
+def load_npz(path: Path) -> dict[str, np.ndarray] | None:
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+class MemberState:
+    """A member's persistent state in ``directory`` (survives restarts and runs)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.dir = Path(directory)
+
+    def load(self, name: str) -> dict[str, np.ndarray] | None:
+        return load_npz(self.dir / f"{name}.npz")
+
+    def save(self, name: str, arrays: dict[str, np.ndarray]) -> None:
+        save_npz(self.dir / f"{name}.npz", arrays)
+
+
+@dataclass
+class RoundResult:
+    delta: dict[str, np.ndarray]  # W_local_new - W_global
+    examples: int  # decisions trained on this round
+    mean_reward: float
+    upload: bool
+
+
+def local_round(member: Member, state: MemberState, global_w: dict[str, np.ndarray], *, eta: float,
+                steps: int, mu: float, seed: int, upload_every: int = 1, server_round: int = 1,
+                norm_threshold: float = float("inf")) -> RoundResult:
+    """One round on a member; see the module docstring."""
+    local = state.load("local")
+    start = personalised_mix(local, global_w, eta) if local is not None else global_w
+    policy = NodeScoringPolicy()
+    load_weights(policy, start)
+    anchor = {k: torch.from_numpy(np.asarray(v)) for k, v in global_w.items()
+              if k in dict(policy.named_parameters())}
+    typical = TypicalPods.from_pods(member.train)
+    env = SchedulingEnv(member.nodes, member.train, typical=typical,
+                        config=EnvConfig(mode="packing", target_load=1.1), seed=seed)
+    cfg = PPOConfig(total_steps=steps, num_steps=min(128, steps), num_minibatches=4, update_epochs=2,
+                    learning_rate=3e-4, proximal_mu=mu, seed=seed)
+    trainer = PPOTrainer([env], cfg, policy, anchor=anchor if mu > 0 else None)
+    rewards: list[float] = []
+    trainer.train(on_update=lambda s: rewards.append(s["mean_reward"]))
+    new = weights_of(trainer.policy)
+    state.save("local", new)
+    delta = {k: (new[k] - global_w[k]).astype(np.float32) for k in global_w}
+    # Sparse communication: upload every upload_every rounds, or earlier when the change
+    # accumulated since the last upload is large.
+    pending = state.load("pending") or {k: np.zeros_like(v) for k, v in delta.items()}
+    pending = {k: pending[k] + delta[k] for k in delta}
+    norm = float(np.sqrt(sum(float((v * v).sum()) for v in pending.values())))
+    upload = server_round % max(upload_every, 1) == 0 or norm > norm_threshold
+    state.save("pending", {k: np.zeros_like(v) for k, v in pending.items()} if upload else pending)
+    return RoundResult(delta if upload else {k: np.zeros_like(v) for k, v in delta.items()},
+                       trainer.global_step if upload else 0,
+                       float(np.mean(rewards)) if rewards else 0.0, upload)
