@@ -14,6 +14,7 @@ import sys
 SUBCOMMANDS: dict[str, str] = {
     "evaluate": "fedsched.common.evaluate_cli:register",
     "train": "fedsched.agent.train_cli:register",
+    "federate": "fedsched.coordinator.federate_cli:register",
     "export": "fedsched.common.export_cli:register",
     "certs": "fedsched.common.certs_cli:register",
 }

@@ -2,8 +2,8 @@
 
 Run config: ``num-server-rounds``, ``strategy`` (fedavg | fedprox | fedtrimmedavg | krum),
 ``proximal-mu``, ``fraction-train``, ``min-nodes``, ``norm-bound`` (update validation),
-``out-dir`` (checkpoints and metrics). Every round the aggregated global model is
-checkpointed (``global.npz`` with its round number, written atomically) and evaluated on a
+``out-dir`` (checkpoints and metrics), ``init`` (shipped | random starting model). Every
+round the aggregated global model is checkpointed (``global.npz`` with its round number, written atomically) and evaluated on a
 held-out simulated cluster (an openb GPU slice with test pods, packing mode); per-round
 metrics (central evaluation, members' rewards, bytes up/down, rejected updates) go to
 ``rounds.json``. A hub restarted with the same ``out-dir`` resumes from the checkpoint: the
@@ -51,7 +51,16 @@ def central_evaluator(n_nodes: int = 200, seed: int = 7):
     return evaluate
 
 
-def initial_weights(seed: int) -> dict[str, np.ndarray]:
+def initial_weights(init: str = "shipped", seed: int = 1) -> dict[str, np.ndarray]:
+    """The hub's starting model: the shipped policy (a fleet starts from a good scheduler,
+    never from random decisions), or a seeded random initialisation."""
+    if init == "shipped":
+        from fedsched.common.policy import load_checkpoint
+        from fedsched.common.schedulers import default_policy_path
+
+        return weights_of(load_checkpoint(default_policy_path())[0])
+    if init != "random":
+        raise ValueError(f"init must be 'shipped' or 'random', got {init!r}")
     torch.manual_seed(seed)
     return weights_of(NodeScoringPolicy())
 
@@ -67,7 +76,7 @@ def main(grid: Grid, context: Context) -> None:
     ckpt = out / "global.npz"
     saved = load_npz(ckpt)
     done = int(saved.pop("__round__")) if saved is not None else 0
-    weights = saved if saved is not None else initial_weights(cfg("seed", 1))
+    weights = saved if saved is not None else initial_weights(cfg("init", "shipped"), cfg("seed", 1))
     history_path = out / "rounds.json"
     history = json.loads(history_path.read_text()) if history_path.exists() and done else []
     if done >= rounds:
