@@ -3,11 +3,12 @@
 Run config: ``num-server-rounds``, ``strategy`` (fedavg | fedprox | fedtrimmedavg | krum),
 ``proximal-mu``, ``fraction-train``, ``min-nodes``, ``norm-bound`` (update validation),
 ``out-dir`` (checkpoints and metrics), ``init`` (shipped | random starting model). Every
-round the aggregated global model is checkpointed (``global.npz`` with its round number, written atomically) and evaluated on a
-held-out simulated cluster (an openb GPU slice with test pods, packing mode); per-round
-metrics (central evaluation, members' rewards, bytes up/down, rejected updates) go to
-``rounds.json``. A hub restarted with the same ``out-dir`` resumes from the checkpoint: the
-rounds already done are neither lost nor repeated.
+round the aggregated global model is checkpointed (``global.npz`` with its round number,
+written atomically) and evaluated on a held-out simulated cluster (an openb GPU slice with
+test pods, packing mode); per-round metrics (central evaluation, members' rewards, bytes
+up/down, rejected updates) go to ``rounds.json``. A hub restarted with the same
+``out-dir`` resumes from the checkpoint: the rounds already done are neither lost nor
+repeated.
 """
 
 from __future__ import annotations
