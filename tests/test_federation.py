@@ -49,3 +49,23 @@ def test_two_rounds_then_resume_to_three(tmp_path, monkeypatch):
     assert [h["round"] for h in history] == [1, 2, 3]
     final = json.loads((tmp_path / "hub" / "final.json").read_text())
     assert final["resumed_from"] == 2
+
+
+def test_federate_main_job_runs_flwr_and_reports(tmp_path):
+    """The main job's orchestration end to end, tiny: `flwr run` with a private FLWR_HOME, the
+    run's final state read back, the SuperLink stopped, and report.json in the promised shape."""
+    from pathlib import Path
+
+    from fedsched.coordinator.federate import FederateConfig, federate, stop_local_superlink
+
+    cfg = FederateConfig(clusters=2, rounds=1, local_steps=32, openb_nodes=30, eval_nodes=40, eval_seeds=1,
+                         strategies=("fedavg",))
+    app_dir = Path(__file__).resolve().parents[1]
+    report = federate(tmp_path / "out", cfg, app_dir, progress=lambda m: None)
+    assert set(report["clusters"]) == {"gpu-openb-0", "web-1"}
+    for pols in report["clusters"].values():
+        assert {"default", "local", "global", "personalised"} <= set(pols)
+        assert set(pols["default"]["alloc_cpu"]) == {"mean", "ci95"}
+    assert 0 < report["bytes"]["int8"] <= 0.26 * report["bytes"]["fp32"]
+    assert (tmp_path / "out" / "report.json").exists() and (tmp_path / "out" / "rounds.png").exists()
+    assert stop_local_superlink(tmp_path / "out" / "flwr-home") == 0  # already stopped
