@@ -214,17 +214,20 @@ def plot_rounds(report: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    names = list(report["clusters"])
     for s, hist in report["rounds"].items():
         rounds = [h["round"] for h in hist]
         axes[0].plot(rounds, [h["central"]["alloc_gpu"] for h in hist], marker="o", label=s)
-        axes[1].plot(rounds, [h.get("train", {}).get("mean-reward", float("nan")) for h in hist],
-                     marker="o", label=s)
+        ls = "-" if s == next(iter(report["rounds"])) else "--"
+        for pid, name in enumerate(names):
+            axes[1].plot(rounds, [h.get("members", {}).get(str(pid), {}).get("mean-reward", float("nan"))
+                                  for h in hist], ls=ls, marker=".", label=f"{name} ({s})")
     axes[0].set_title("hub: held-out GPU allocation %")
-    axes[1].set_title("members: mean reward per round (weighted)")
+    axes[1].set_title("members: mean reward per round, per cluster")
     for ax in axes:
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -94,8 +94,11 @@ def main(grid: Grid, context: Context) -> None:
     def on_round(rnd: int, arrays: ArrayRecord) -> None:
         w = {k: v.numpy() for k, v in arrays.items()}
         save_npz(ckpt, {**w, "__round__": np.array(rnd)})
+        members = {str(int(m.get("partition", node))): m
+                   for node, m in strategy.member_metrics.get(rnd, {}).items()}
         history.append({"round": rnd, "central": evaluate(w), "rejected": strategy.rejections.get(rnd, []),
-                        "skipped": strategy.skipped.get(rnd, []), "wall_s": round(time.time() - t0, 1)})
+                        "skipped": strategy.skipped.get(rnd, []), "members": members,
+                        "wall_s": round(time.time() - t0, 1)})
         history_path.write_text(json.dumps(history, indent=2))
 
     strategy.on_round = on_round

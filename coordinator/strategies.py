@@ -49,6 +49,7 @@ class QuantizedUpdates:
         self.norm_bound, self.round_offset = norm_bound, round_offset
         self.rejections: dict[int, list[dict[str, Any]]] = {}
         self.skipped: dict[int, list[int]] = {}
+        self.member_metrics: dict[int, dict[int, dict[str, float]]] = {}  # round -> node -> metrics
         self._global: dict[str, np.ndarray] = {}
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -77,7 +78,7 @@ class QuantizedUpdates:
         rnd = server_round + self.round_offset
         replies = list(replies)
         decoded: list[tuple[Message, dict[str, np.ndarray], float]] = []
-        self.rejections[rnd], self.skipped[rnd] = [], []
+        self.rejections[rnd], self.skipped[rnd], self.member_metrics[rnd] = [], [], {}
         for msg in replies:
             if msg.has_error():
                 continue
@@ -86,6 +87,7 @@ class QuantizedUpdates:
                 content = msg.content
                 metrics = next(iter(content.metric_records.values()))
                 n = float(metrics[self.weighted_by_key])  # type: ignore[attr-defined]
+                self.member_metrics[rnd][int(node)] = {k: float(v) for k, v in metrics.items()}
                 arrays = next(iter(content.array_records.values()))
                 delta = decode_int8({k: v.numpy() for k, v in arrays.items()})
             except (StopIteration, KeyError, ValueError, TypeError) as e:

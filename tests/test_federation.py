@@ -37,6 +37,8 @@ def test_two_rounds_then_resume_to_three(tmp_path, monkeypatch):
     for h in history:
         assert 0 < h["central"]["alloc_gpu"] <= 100 and h["rejected"] == [] and h["skipped"] == []
         assert h["train"]["bytes-up"] <= 0.26 * h["train"]["bytes-up-fp32"]  # INT8 uploads
+        assert sorted(h["members"]) == ["0", "1", "2"]  # per-cluster metrics of the round
+        assert all(m["num-examples"] == 64 for m in h["members"].values())
     with np.load(tmp_path / "hub" / "global.npz") as z:
         assert int(z["__round__"]) == 2
     members = sorted(p.name for p in (tmp_path / "state").iterdir())
