@@ -11,6 +11,12 @@ the round's config. In simulation the member cluster comes from the node's
 Reply: one ArrayRecord with the INT8-encoded delta (``NAME.q`` / ``NAME.scale``) and one
 MetricRecord with ``num-examples`` (decisions trained on; 0 when the member skipped its
 upload), the mean reward, and bytes sent and received.
+
+Experiment knobs (benchmarks and robustness tests; all off by default): ``codec = "fp32"``
+uploads float32 deltas (``NAME.raw``) to compare against INT8; ``poison-members`` (comma-
+separated partition ids) with ``poison-kind`` = nan | huge | flip makes those members send
+NaN, 10^4-times scaled or sign-flipped updates; ``fail-rate`` makes every member fail a
+round with that probability (seeded by round and partition), as a crashed member would.
 """
 
 from __future__ import annotations
@@ -26,6 +32,19 @@ from fedsched.common.weight_codec import ErrorFeedback, encode_int8, nbytes
 from .federated import MemberState, config_value, local_round, member_cluster
 
 app = ClientApp()
+
+
+def poisoned(delta: dict[str, np.ndarray], pid: int, members: str, kind: str) -> dict[str, np.ndarray]:
+    """The update a poisoned member sends instead of ``delta`` (unchanged for honest members)."""
+    if str(pid) not in {m.strip() for m in members.split(",") if m.strip()}:
+        return delta
+    if kind == "nan":
+        return {k: np.full_like(v, np.nan) for k, v in delta.items()}
+    if kind == "huge":
+        return {k: v * 1e4 for k, v in delta.items()}
+    if kind == "flip":
+        return {k: -v for k, v in delta.items()}
+    raise ValueError(f"unknown poison-kind {kind!r}: expected nan, huge or flip")
 
 
 def _cfg(context: Context, key: str, default):
@@ -44,6 +63,8 @@ def train(msg: Message, context: Context) -> Message:
     config = msg.content["config"]
     rnd = int(config.get("server-round", 1))
     global_w = {k: v.numpy() for k, v in msg.content["arrays"].items()}
+    if np.random.default_rng([rnd, pid, 7]).random() < _cfg(context, "fail-rate", 0.0):
+        raise RuntimeError(f"member {pid}: injected failure in round {rnd} (fail-rate)")
     result = local_round(member, state, global_w, eta=eta, steps=_cfg(context, "local-steps", 256),
                          mu=float(config.get("proximal-mu", 0.0)), seed=1000 * rnd + pid,
                          upload_every=_cfg(context, "upload-every", 1), server_round=rnd,
@@ -52,10 +73,19 @@ def train(msg: Message, context: Context) -> Message:
     residual = state.load("residual")
     if residual is not None:
         ef.load(residual)
-    # A skipped upload still sends the same keys (zeros) so replies stay consistent.
-    encoded = ef.encode(result.delta) if result.upload else encode_int8(result.delta)
-    if result.upload:
-        state.save("residual", ef.state())
+    delta = poisoned(result.delta, pid, _cfg(context, "poison-members", ""),
+                     _cfg(context, "poison-kind", "nan"))
+    if _cfg(context, "codec", "int8") == "fp32":
+        encoded = {k + ".raw": v.astype(np.float32) for k, v in delta.items()}
+    elif delta is not result.delta and not all(np.isfinite(v).all() for v in delta.values()):
+        encoded = {}  # NaN cannot be quantised: a poisoned member sends raw floats as "int8"
+        for k, v in delta.items():
+            encoded[k + ".q"], encoded[k + ".scale"] = v, np.array(1.0, np.float32)
+    else:
+        # A skipped upload still sends the same keys (zeros) so replies stay consistent.
+        encoded = ef.encode(delta) if result.upload else encode_int8(delta)
+        if result.upload:
+            state.save("residual", ef.state())
     metrics = MetricRecord({
         "num-examples": int(result.examples), "mean-reward": float(result.mean_reward),
         "bytes-up": int(nbytes(encoded)), "bytes-down": int(nbytes(global_w)),

@@ -100,12 +100,15 @@ def stop_local_superlink(flwr_home: Path) -> int:
 
 
 def run_flower(app_dir: Path, out: Path, strategy: str, cfg: FederateConfig,
-               progress: Callable[[str], None]) -> Path:
-    """One ``flwr run`` of the federation; returns its hub directory."""
+               progress: Callable[[str], None], *, name: str | None = None,
+               extra: dict[str, Any] | None = None, fresh: bool = True) -> Path:
+    """One ``flwr run`` of the federation into ``out/name`` (default: the strategy's name);
+    ``extra`` adds run-config values; ``fresh=False`` keeps an earlier run's hub checkpoint
+    (the hub then resumes from it)."""
     home = out / "flwr-home"
     home.mkdir(parents=True, exist_ok=True)
-    run_dir = out / strategy
-    if run_dir.exists():
+    run_dir = out / (name or strategy)
+    if fresh and run_dir.exists():
         shutil.rmtree(run_dir)
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     run_config = " ".join([
@@ -113,9 +116,11 @@ def run_flower(app_dir: Path, out: Path, strategy: str, cfg: FederateConfig,
         f"min-nodes={cfg.clusters}", f"eta={cfg.eta}", f"local-steps={cfg.local_steps}",
         f"openb-nodes={cfg.openb_nodes}", f"eval-nodes={cfg.eval_nodes}",
         f"out-dir='{run_dir / 'hub'}'", f"state-dir='{run_dir / 'state'}'", f"init='{cfg.init}'",
+        *(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in (extra or {}).items()),
     ])
-    log_path = out / f"flwr-{strategy}.log"
-    progress(f"flwr run ({strategy}, {cfg.clusters} clusters, {cfg.rounds} rounds); log: {log_path}")
+    log_path = out / f"flwr-{name or strategy}.log"
+    progress(f"flwr run ({name or strategy}: {strategy}, {cfg.clusters} clusters, {cfg.rounds} rounds); "
+             f"log: {log_path}")
     try:
         _flwr(["run", str(app_dir), "--stream", "--federation-config",
                f"num-supernodes={cfg.clusters} client-resources-num-cpus=1", "--run-config", run_config],
