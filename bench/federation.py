@@ -11,7 +11,7 @@ the main job runs it (``fedsched.coordinator.federate``). Experiments:
    (the better run's best value minus 0.1 pp);
 4. ``robust``: 20% of members poisoned (one run per kind: NaN, huge norm, sign-flipped) and
    30% of members failing each round, against a clean run of the same size; and a hub killed
-   after two rounds (its SuperLink stopped) that resumes from its checkpoint;
+   after its first checkpoint (its SuperLink stopped) that resumes from that checkpoint;
 5. ``scale`` (``--scale 50x10``): many small members for many rounds; wall time and peak RSS.
 
     python bench/federation.py [--quick] [--scale 50x10] --json OUT.json
@@ -114,15 +114,15 @@ def main() -> int:
                                         <= 0.05 * base, "rejected_updates": rejected}
         d = run_flower(APP_DIR, out, "fedavg", rcfg, log, name="robust-failures", extra={"fail-rate": 0.3})
         robust["failures_30pct"] = {"completed_rounds": len(history(d)), "final": final_central(d)}
-        # Hub killed after two rounds: stop its SuperLink, then start again on the same directory.
-        kcfg = replace(cfg, rounds=max(cfg.rounds, 4))
+        # Hub killed after its first checkpoint: stop its SuperLink, then start again on the same directory.
+        kcfg = replace(cfg, rounds=max(cfg.rounds, 6))
         run_dir = out / "robust-hub-kill"
         rounds_file = run_dir / "hub" / "rounds.json"
 
         def killer() -> None:
             deadline = time.time() + 600
             while time.time() < deadline:
-                if rounds_file.exists() and len(json.loads(rounds_file.read_text() or "[]")) >= 2:
+                if rounds_file.exists() and len(json.loads(rounds_file.read_text() or "[]")) >= 1:
                     stop_local_superlink(out / "flwr-home")
                     return
                 time.sleep(0.5)
