@@ -32,13 +32,18 @@ def quantize_int8(x: np.ndarray, per_channel: bool = False) -> tuple[np.ndarray,
     x = np.asarray(x, dtype=np.float32)
     if not np.isfinite(x).all():
         raise ValueError("cannot quantise non-finite weights")
+    # A scale that underflows float32 (|x| below ~1e-36) falls back to 1: such values
+    # quantise to 0 with an error far below half a step.
     if per_channel and x.ndim >= 2:
         amax = np.abs(x).reshape(x.shape[0], -1).max(axis=1)
-        scale = np.where(amax > 0, amax / QMAX, 1.0).astype(np.float32)
+        scale = (amax / np.float32(QMAX)).astype(np.float32)
+        scale[scale == 0] = 1.0
         q = np.round(x / scale.reshape(-1, *([1] * (x.ndim - 1))))
     else:
-        amax = float(np.abs(x).max()) if x.size else 0.0
-        scale = np.array(amax / QMAX if amax > 0 else 1.0, dtype=np.float32)
+        amax = np.float32(np.abs(x).max()) if x.size else np.float32(0.0)
+        scale = np.array(amax / np.float32(QMAX), dtype=np.float32)
+        if scale == 0:
+            scale = np.array(1.0, dtype=np.float32)
         q = np.round(x / scale)
     return np.clip(q, -QMAX, QMAX).astype(np.int8), scale
 
