@@ -76,16 +76,18 @@ def _flwr(args: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> su
                               check=False)
 
 
-def stop_local_superlink(flwr_home: Path) -> int:
+def stop_local_superlink(flwr_home: Path, include_apps: bool = False) -> int:
     """Stop the detached local SuperLink (and its helpers) that ``flwr run`` started with this
-    FLWR_HOME; returns how many processes were signalled."""
+    FLWR_HOME; ``include_apps`` also stops the simulation process running the apps (what a
+    crashed hub looks like). Returns how many processes were signalled."""
+    names = (b"flower-super", b"flwr-simulation", b"flwr-serverapp") if include_apps else (b"flower-super",)
     stopped = 0
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
-            if b"flower-super" not in cmd:
+            if not any(n in cmd for n in names):
                 continue
             env = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
