@@ -6,7 +6,12 @@ decisions per round), ``upload-every`` (sparse communication), ``upload-norm`` (
 earlier when the accumulated change passes this norm), ``state-dir`` (where each member
 keeps ``W_local`` and its error-feedback residual). FedProx's ``proximal-mu`` arrives in
 the round's config. In simulation the member cluster comes from the node's
-``partition-id`` (:func:`fedsched.agent.federated.member_cluster`).
+``partition-id`` (:func:`fedsched.agent.federated.member_cluster`). In deployment the
+SuperNode's node config names the member's own data: ``cluster-name``, ``nodes-csv`` and
+``pods-csv`` (its cluster in the openb schema), and optionally ``decision-log`` (a
+:class:`fedsched.agent.decision_log.DecisionLog` directory) with ``window``: the member then
+learns from its own recent decisions (behaviour cloning on the log's last ``window``
+entries, lr 1e-4) instead of simulating.
 
 Reply: one ArrayRecord with the INT8-encoded delta (``NAME.q`` / ``NAME.scale``) and one
 MetricRecord with ``num-examples`` (decisions trained on; 0 when the member skipped its
@@ -27,9 +32,17 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedsched.common.weight_codec import ErrorFeedback, encode_int8, nbytes
+from fedsched.common.weight_codec import ErrorFeedback, encode_int8, nbytes, personalised_mix
 
-from .federated import MemberState, config_value, local_round, member_cluster
+from .federated import (
+    MemberState,
+    RoundResult,
+    config_value,
+    finetune_on_log,
+    local_round,
+    member_cluster,
+    member_from_node_config,
+)
 
 app = ClientApp()
 
@@ -57,7 +70,8 @@ def train(msg: Message, context: Context) -> Message:
     if not 0.0 <= eta <= 1.0:
         raise ValueError(f"run config eta must be in [0, 1], got {eta}")
     pid = int(context.node_config.get("partition-id", 0))
-    member = member_cluster(pid, openb_nodes=_cfg(context, "openb-nodes", 120))
+    member = member_from_node_config(context.node_config) or member_cluster(
+        pid, openb_nodes=_cfg(context, "openb-nodes", 120))
     state_root = Path(_cfg(context, "state-dir", "fedsched-state"))
     state = MemberState(state_root / member.name)
     config = msg.content["config"]
@@ -65,10 +79,20 @@ def train(msg: Message, context: Context) -> Message:
     global_w = {k: v.numpy() for k, v in msg.content["arrays"].items()}
     if np.random.default_rng([rnd, pid, 7]).random() < _cfg(context, "fail-rate", 0.0):
         raise RuntimeError(f"member {pid}: injected failure in round {rnd} (fail-rate)")
-    result = local_round(member, state, global_w, eta=eta, steps=_cfg(context, "local-steps", 256),
-                         mu=float(config.get("proximal-mu", 0.0)), seed=1000 * rnd + pid,
-                         upload_every=_cfg(context, "upload-every", 1), server_round=rnd,
-                         norm_threshold=_cfg(context, "upload-norm", 1e9))
+    log_dir = context.node_config.get("decision-log")
+    if log_dir:  # deployment: learn from the member's own recent decisions
+        local = state.load("local")
+        start = personalised_mix(local, global_w, eta) if local is not None else global_w
+        window = int(context.node_config.get("window", 5000))
+        new, used = finetune_on_log(global_w, start, str(log_dir), window, 1e-4, 2, seed=1000 * rnd + pid)
+        state.save("local", new)
+        delta = {k: (new[k] - global_w[k]).astype(np.float32) for k in global_w}
+        result = RoundResult(delta, used, 0.0, True)
+    else:  # simulation, or a member that trains on a model of its own cluster
+        result = local_round(member, state, global_w, eta=eta, steps=_cfg(context, "local-steps", 256),
+                             mu=float(config.get("proximal-mu", 0.0)), seed=1000 * rnd + pid,
+                             upload_every=_cfg(context, "upload-every", 1), server_round=rnd,
+                             norm_threshold=_cfg(context, "upload-norm", 1e9))
     ef = ErrorFeedback()
     residual = state.load("residual")
     if residual is not None:

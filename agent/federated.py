@@ -1,5 +1,8 @@
 """A member cluster's side of federated learning, independent of Flower's message plumbing.
 
+- :func:`member_from_node_config`: a deployed member's own cluster from its node config
+  (its node inventory and recent pods as openb-schema CSVs); :func:`finetune_on_log`: a
+  deployed member's local update from its own decision log.
 - :func:`member_cluster`: which cluster a simulated member runs, by partition id:
   0 an openb GPU training slice (the openb default pods' train part), 1 a CPU web cluster
   with diurnal synthetic load, 2 a small edge cluster, then the three profiles again with
@@ -60,6 +63,40 @@ def member_cluster(partition_id: int, openb_nodes: int = 120) -> Member:
         nodes, pods = generate_cluster(kind, seed=seed)
     train, test = split_by_hash(pods, 0.3)
     return Member(f"{kind}-{partition_id}", nodes, train, test)
+
+
+def member_from_node_config(node_config) -> Member | None:
+    """A deployed member's own cluster, from its SuperNode's ``--node-config``:
+    ``cluster-name``, ``nodes-csv`` and ``pods-csv`` (openb schema: its node inventory and its
+    recent pods, e.g. exported from the API server). None in simulation (no ``nodes-csv``)."""
+    nodes_csv = node_config.get("nodes-csv") if node_config else None
+    if not nodes_csv:
+        return None
+    pods_csv = node_config.get("pods-csv")
+    if not pods_csv:
+        raise ValueError("node config: nodes-csv needs pods-csv (the member's recent pods)")
+    nodes = load_nodes(str(nodes_csv))
+    pods = load_pods(str(pods_csv), nodes, allow_oversized=True)
+    train, test = split_by_hash(fits_somewhere(pods, nodes), 0.3)
+    return Member(str(node_config.get("cluster-name", Path(str(nodes_csv)).stem)), nodes, train, test)
+
+
+def finetune_on_log(global_w: dict[str, np.ndarray], start: dict[str, np.ndarray], log_dir: str, window: int,
+                    learning_rate: float, epochs: int, seed: int) -> tuple[dict[str, np.ndarray], int]:
+    """The deployed member's local update from its own decisions: behaviour cloning on the
+    last ``window`` entries of its decision log (the continuous-training path), starting from
+    ``start``. Returns the new weights and how many decisions were used."""
+    from .bc import BCConfig, fit
+    from .decision_log import DecisionLog
+
+    decisions = DecisionLog(log_dir).tail(window)
+    if not decisions:
+        raise ValueError(f"decision log {log_dir} is empty: nothing to learn from this round")
+    policy = NodeScoringPolicy()
+    load_weights(policy, start)
+    torch.manual_seed(seed)
+    fit(policy, decisions, BCConfig(epochs=epochs, learning_rate=learning_rate, seed=seed))
+    return weights_of(policy), len(decisions)
 
 
 def config_value(run_config, key: str, default):
