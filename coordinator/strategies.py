@@ -35,8 +35,6 @@ from flwr.serverapp.strategy import FedAvg, FedProx, FedTrimmedAvg, Krum
 
 from fedsched.common.weight_codec import decode_int8
 
-STRATEGIES = ("fedavg", "fedprox", "fedtrimmedavg", "krum")
-
 
 class QuantizedUpdates:
     """Mixin for a Flower strategy; see the module docstring."""
@@ -138,40 +136,20 @@ class QuantizedUpdates:
         self.rejections[rnd].append({"node": int(node), "reason": reason})
 
 
-class QFedAvg(QuantizedUpdates, FedAvg):
-    def __init__(self, *, norm_bound: float = 5.0, round_offset: int = 0, **kw: Any) -> None:
-        FedAvg.__init__(self, **kw)
-        self._setup(norm_bound, round_offset)
-
-
-class QFedProx(QuantizedUpdates, FedProx):
-    def __init__(self, *, norm_bound: float = 5.0, round_offset: int = 0, **kw: Any) -> None:
-        FedProx.__init__(self, **kw)
-        self._setup(norm_bound, round_offset)
-
-
-class QFedTrimmedAvg(QuantizedUpdates, FedTrimmedAvg):
-    def __init__(self, *, norm_bound: float = 5.0, round_offset: int = 0, **kw: Any) -> None:
-        FedTrimmedAvg.__init__(self, **kw)
-        self._setup(norm_bound, round_offset)
-
-
-class QKrum(QuantizedUpdates, Krum):
-    def __init__(self, *, norm_bound: float = 5.0, round_offset: int = 0, **kw: Any) -> None:
-        Krum.__init__(self, **kw)
-        self._setup(norm_bound, round_offset)
+# Flower's strategies by run-config name; make_strategy puts the INT8/validation layer on top.
+BASES: dict[str, type] = {"fedavg": FedAvg, "fedprox": FedProx, "fedtrimmedavg": FedTrimmedAvg, "krum": Krum}
+STRATEGIES = tuple(BASES)
 
 
 def make_strategy(name: str, *, proximal_mu: float = 0.01, norm_bound: float = 5.0,
                   round_offset: int = 0, **kw: Any) -> QuantizedUpdates:
     """A strategy by name (``STRATEGIES``), with the INT8/validation layer on top."""
-    common = dict(norm_bound=norm_bound, round_offset=round_offset, **kw)
-    if name == "fedavg":
-        return QFedAvg(**common)
+    if name not in BASES:
+        raise ValueError(f"unknown strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
+    base = BASES[name]
+    strategy_cls = type(f"Quantized{base.__name__}", (QuantizedUpdates, base), {})
     if name == "fedprox":
-        return QFedProx(proximal_mu=proximal_mu, **common)
-    if name == "fedtrimmedavg":
-        return QFedTrimmedAvg(**common)
-    if name == "krum":
-        return QKrum(**common)
-    raise ValueError(f"unknown strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
+        kw["proximal_mu"] = proximal_mu
+    strategy = strategy_cls(**kw)
+    strategy._setup(norm_bound, round_offset)
+    return strategy
