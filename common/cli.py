@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, str] = {
     "federate": "fedsched.coordinator.federate_cli:register",
     "export": "fedsched.common.export_cli:register",
     "certs": "fedsched.common.certs_cli:register",
+    "serve": "fedsched.agent.serve_cli:register",
 }
 
 

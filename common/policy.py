@@ -32,7 +32,14 @@ import torch
 from torch import nn
 
 from .cluster import ClusterState, Pod, PodTable
-from .features import CONTEXT_FEATURES, FEATURE_SCHEMA_VERSION, NODE_FEATURES, POD_FEATURES, FeatureBuilder
+from .features import (
+    CONTEXT_FEATURES,
+    FEATURE_SCHEMA_VERSION,
+    NODE_FEATURES,
+    POD_FEATURES,
+    FeatureBuilder,
+    Features,
+)
 from .fragmentation import TypicalPods
 from .schedulers.base import Scheduler, SchedulerContext
 
@@ -250,6 +257,7 @@ class PolicyScheduler(Scheduler):
         if name:
             self.name = name
         self.backend_timings: dict[str, float] = {}
+        self.last_features: Features | None = None
         self._onnx: Any = None  # an OnnxScorer once the onnx backend was set up
         if backend == "auto":
             self._use_fastest()
@@ -311,6 +319,7 @@ class PolicyScheduler(Scheduler):
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         f = self.features.build(state, pod, nodes)
+        self.last_features = f  # what the decision log records
         return self.logits(f.nodes, f.pod, f.context).astype(np.float64)
 
     def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:

@@ -105,12 +105,15 @@ class WeightScheduler(Scheduler):
         self.policy = policy.eval()
         self.features = FeatureBuilder(typical)
         self.last_weights: np.ndarray | None = None  # the weights of the last scored pod
+        self.last_features: Features | None = None
         if name:
             self.name = name
 
     def weights(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(weights over WEIGHT_TERMS, per-node terms) for this decision."""
-        x, summary = weight_inputs(self.features.build(state, pod, nodes))
+        f = self.features.build(state, pod, nodes)
+        self.last_features = f  # what the decision log records
+        x, summary = weight_inputs(f)
         return self.policy.weights_numpy(summary, gpu_mask(state.nodes.total_gpu_milli > 0)), x
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:

@@ -69,6 +69,55 @@ class Placement:
     gpus: tuple[int, ...] = ()
 
 
+class NonFiniteScores(ValueError):
+    """A scheduler returned NaN or infinite scores."""
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """A scheduler's verdict on one pod: the feasible candidates, their scores, the pick."""
+
+    nodes: np.ndarray  # int64 ids of the feasible candidate nodes
+    scores: np.ndarray  # float64, one per node
+    best: int  # position in ``nodes`` of the chosen node, -1 when the pod fits nowhere
+
+    @property
+    def node(self) -> int:
+        return int(self.nodes[self.best]) if self.best >= 0 else -1
+
+
+def rank(scheduler: Scheduler, state: ClusterState, pod: Pod, rng: np.random.Generator,
+         candidates: np.ndarray | None = None, node_rank: np.ndarray | None = None,
+         feasible: np.ndarray | None = None) -> Ranking:
+    """Filter, score and pick the best node (see :func:`place`); the extender calls this too.
+
+    ``feasible`` overrides the feasibility mask (the extender passes the nodes that survived
+    kube-scheduler's and its own filters).
+    """
+    if feasible is None:
+        feasible = state.feasible(pod)
+    if candidates is not None:
+        mask = np.zeros_like(feasible)
+        mask[candidates] = True
+        feasible = feasible & mask
+    nodes = np.flatnonzero(feasible)
+    if len(nodes) == 0:
+        return Ranking(nodes, np.zeros(0), -1)
+    scores = np.asarray(scheduler.score(state, pod, nodes), dtype=np.float64)
+    if scores.shape != nodes.shape:
+        raise ValueError(f"{scheduler.name} returned {scores.shape} scores for {len(nodes)} nodes")
+    if not np.isfinite(scores).all():
+        raise NonFiniteScores(f"{scheduler.name} returned non-finite scores")
+    best = np.flatnonzero(scores == scores.max())
+    if len(best) == 1:
+        pick = int(best[0])
+    elif node_rank is not None:
+        pick = int(best[np.argmin(node_rank[nodes[best]])])
+    else:
+        pick = int(best[rng.integers(len(best))])
+    return Ranking(nodes, scores, pick)
+
+
 def place(scheduler: Scheduler, state: ClusterState, pod: Pod,
           rng: np.random.Generator, candidates: np.ndarray | None = None,
           node_rank: np.ndarray | None = None) -> Placement:
@@ -79,24 +128,7 @@ def place(scheduler: Scheduler, state: ClusterState, pod: Pod,
     simulator renames nodes with a seeded random prefix and takes the first best node in
     name order, i.e. a fixed random priority per run.
     """
-    feasible = state.feasible(pod)
-    if candidates is not None:
-        mask = np.zeros_like(feasible)
-        mask[candidates] = True
-        feasible &= mask
-    nodes = np.flatnonzero(feasible)
-    if len(nodes) == 0:
+    r = rank(scheduler, state, pod, rng, candidates, node_rank)
+    if r.best < 0:
         return Placement(-1)
-    scores = np.asarray(scheduler.score(state, pod, nodes), dtype=np.float64)
-    if scores.shape != nodes.shape:
-        raise ValueError(f"{scheduler.name} returned {scores.shape} scores for {len(nodes)} nodes")
-    if not np.isfinite(scores).all():
-        raise ValueError(f"{scheduler.name} returned non-finite scores")
-    best = np.flatnonzero(scores == scores.max())
-    if len(best) == 1:
-        node = int(nodes[best[0]])
-    elif node_rank is not None:
-        node = int(nodes[best[np.argmin(node_rank[nodes[best]])]])
-    else:
-        node = int(nodes[best[rng.integers(len(best))]])
-    return Placement(node, scheduler.select_gpus(state, pod, node))
+    return Placement(r.node, scheduler.select_gpus(state, pod, r.node))

@@ -1,0 +1,387 @@
+"""What the online agent decides, whatever the transport (HTTP extender or gRPC).
+
+Three questions, each answered from the live :class:`~fedsched.agent.cluster_cache.ClusterCache`:
+
+- **filter** (the safety filter): which candidate nodes the policy must not get. Refused with a
+  reason: nodes whose real CPU or memory use is above the threshold (default 90%), nodes the
+  policy may not use (cordoned or NotReady in the cache, labelled ``fedsched.io/exclude=true``),
+  nodes the cache does not know, and nodes whose telemetry is stale. Stale telemetry alone
+  never refuses more than ``max_stale_share`` of the candidates (the stalest go first), and
+  when Prometheus itself is down nothing is refused for staleness: the agent works on
+  requests alone and ``fedsched_telemetry_up`` says so. A node above a threshold with fresh
+  telemetry is always refused.
+- **prioritize**: 0..10 per candidate. The policy ranks the candidates through
+  :func:`fedsched.common.schedulers.base.rank`, the function the simulator's ``place`` uses,
+  with the same tie-break; the node it picks gets 10 and every other node at most 9 (a linear
+  map of its score), so with the extender weight of the sample KubeSchedulerConfiguration the
+  policy's pick always wins and the plugins only break nothing. Nodes unknown to the cache or
+  not fitting by its accounting get 0.
+- **weights** (gRPC ``GetSchedulingWeights``): a weight policy's weights for this decision.
+
+Budget and fallback: the policy runs on a worker thread; if it raises, returns NaN, or has not
+answered when ``budget_ms`` (default 10 ms, from the request's arrival) is close, the answer is
+the kube-default score (LeastAllocated + BalancedAllocation, 0..200 mapped to 0..10) computed
+from the same cache, and ``fedsched_fallbacks_total{reason}`` counts it: error, nan, timeout,
+busy (an earlier call still holds the worker), no-feasible. Mode ``shadow`` always answers the
+default scores and only logs and counts whether the policy would have picked the same node.
+
+Pods scheduled by another profile (``spec.schedulerName`` other than ``scheduler_name``) get
+a neutral answer: every node passes, every score is 0 (extenders are global in
+KubeSchedulerConfiguration, so the agent sees every profile's pods).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedsched.common.cluster import Pod
+from fedsched.common.schedulers.base import NonFiniteScores, Ranking, rank
+from fedsched.common.schedulers.kube_default import KubeDefault
+from fedsched.common.weight_policy import WEIGHT_TERMS, WeightScheduler
+
+from .cluster_cache import ClusterCache
+from .model_store import LoadedModel, ModelStore
+from .serving_metrics import ServingMetrics
+
+log = logging.getLogger("fedsched.serve")
+
+MAX_EXTENDER_SCORE = 10
+MODES = ("active", "shadow")
+EXCLUDE_LABEL = "fedsched.io/exclude"
+
+
+@dataclass
+class SafetyConfig:
+    cpu_threshold: float = 0.9  # refuse nodes whose real CPU use (share of allocatable) is above this
+    mem_threshold: float = 0.9  # the same for memory
+    stale_after_s: float = 60.0  # a node's telemetry older than this is stale
+    max_stale_share: float = 0.5  # stale telemetry alone refuses at most this share of the candidates
+
+    def __post_init__(self) -> None:
+        for k in ("cpu_threshold", "mem_threshold"):
+            if not 0 < getattr(self, k) <= 1:
+                raise ValueError(f"safety.{k} must be in (0, 1], got {getattr(self, k)}")
+        if not self.stale_after_s > 0:
+            raise ValueError(f"safety.stale_after_s must be positive, got {self.stale_after_s}")
+        if not 0 <= self.max_stale_share <= 1:
+            raise ValueError(f"safety.max_stale_share must be in [0, 1], got {self.max_stale_share}")
+
+
+@dataclass
+class DeciderConfig:
+    mode: str = "active"  # active: the policy's scores; shadow: default scores, the policy only logged
+    budget_ms: float = 10.0  # per-request latency budget; the fallback answers when it is close
+    scheduler_name: str | None = "fedsched"  # act on pods of this profile only (None: every pod)
+    seed: int = 0  # the tie-break generator (the simulator's place() uses the same rule)
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if not self.budget_ms > 0:
+            raise ValueError(f"budget_ms must be positive, got {self.budget_ms}")
+
+
+@dataclass
+class FilterAnswer:
+    passed: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+
+
+@dataclass
+class Decision:
+    """One prioritize decision: what was answered and why."""
+
+    hosts: list[str]
+    scores: list[int]  # 0..10, one per host, in request order
+    source: str  # policy | fallback | neutral
+    reason: str = ""  # the fallback's reason
+    model_version: str = ""
+    chosen: str | None = None  # the node the answer makes kube pick (None: no opinion)
+    policy_choice: str | None = None  # what the policy picked (also in shadow mode)
+    ranking: Ranking | None = None
+    features: Any = None  # the policy's input (fedsched.common.features.Features) when it ran
+
+
+def _neutral_pod(obj: dict, scheduler_name: str | None) -> bool:
+    if scheduler_name is None:
+        return False
+    return (obj.get("spec") or {}).get("schedulerName", "default-scheduler") != scheduler_name
+
+
+def to_extender_scores(scores: np.ndarray, pick: int) -> np.ndarray:
+    """0..10 integers: 10 for ``pick``, a linear map of the rest onto 0..9."""
+    out = np.zeros(len(scores), dtype=np.int64)
+    if not len(scores):
+        return out
+    lo, hi = float(scores.min()), float(scores.max())
+    if hi > lo:
+        out[:] = np.floor((scores - lo) / (hi - lo) * (MAX_EXTENDER_SCORE - 1) + 1e-9).astype(np.int64)
+    else:
+        out[:] = MAX_EXTENDER_SCORE - 1
+    out = np.clip(out, 0, MAX_EXTENDER_SCORE - 1)
+    if pick >= 0:
+        out[pick] = MAX_EXTENDER_SCORE
+    return out
+
+
+class Decider:
+    """The agent's decisions over one cache and one model store; thread-safe."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        models: ModelStore,
+        cfg: DeciderConfig | None = None,
+        metrics: ServingMetrics | None = None,
+        weights_models: ModelStore | None = None,
+    ) -> None:
+        self.cache = cache
+        self.models = models
+        self.weights_models = weights_models
+        self.cfg = cfg or DeciderConfig()
+        self.metrics = metrics or ServingMetrics()
+        self.rng = np.random.default_rng(self.cfg.seed)
+        self.kube_default = KubeDefault()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedsched-policy")
+        self.on_decision: list[Any] = []  # callables(pod_obj, Decision), e.g. the outcome log
+        self._busy = threading.Lock()
+        self.metrics.set_model(models.version, models.current.path)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---- filter -----------------------------------------------------------------------------
+    def filter(self, pod_obj: dict, names: list[str], now: float | None = None) -> FilterAnswer:
+        if _neutral_pod(pod_obj, self.cfg.scheduler_name):
+            return FilterAnswer(list(names), {}, {})
+        self.cache.pod(pod_obj)  # a pod we cannot read is the caller's error (ObjectError)
+        s = self.cfg.safety
+        now = time.time() if now is None else now
+        cache = self.cache
+        failed: dict[str, str] = {}
+        stale: list[tuple[float, str]] = []
+        passed: list[str] = []
+        with cache.lock:
+            telemetry_up = cache.telemetry_up
+            for name in names:
+                i = cache.index.get(name)
+                if i is None:
+                    failed[name] = "fedsched: node unknown to the agent's cache"
+                    self.metrics.refused.labels(reason="unknown").inc()
+                    continue
+                info = cache.infos[i]
+                if not cache.schedulable[i]:
+                    why = "cordoned" if info.unschedulable else "NotReady"
+                    failed[name] = f"fedsched: node is {why}"
+                    self.metrics.refused.labels(reason="unschedulable").inc()
+                    continue
+                if dict(info.labels).get(EXCLUDE_LABEL) == "true":
+                    failed[name] = f"fedsched: node is labelled {EXCLUDE_LABEL}=true"
+                    self.metrics.refused.labels(reason="excluded").inc()
+                    continue
+                age = now - cache.usage_time[i] if cache.usage_time[i] > 0 else math.inf
+                fresh = age <= s.stale_after_s
+                cpu, mem = cache.cpu_ratio[i], cache.mem_ratio[i]
+                if fresh and cpu > s.cpu_threshold:
+                    failed[name] = f"fedsched: cpu utilisation {cpu:.2f} > {s.cpu_threshold:.2f} threshold"
+                    self.metrics.refused.labels(reason="cpu").inc()
+                    continue
+                if fresh and mem > s.mem_threshold:
+                    failed[name] = f"fedsched: memory utilisation {mem:.2f} > {s.mem_threshold:.2f} threshold"
+                    self.metrics.refused.labels(reason="memory").inc()
+                    continue
+                if not fresh and telemetry_up:
+                    stale.append((age, name))
+                passed.append(name)
+        if stale:
+            budget = math.floor(s.max_stale_share * len(names) + 1e-9)
+            refuse = {n for _, n in sorted(stale, reverse=True)[:budget]}
+            for age, name in stale:
+                if name in refuse:
+                    failed[name] = (
+                        "fedsched: no telemetry"
+                        if math.isinf(age)
+                        else f"fedsched: telemetry {age:.0f}s old (stale after {s.stale_after_s:.0f}s)"
+                    )
+                    self.metrics.refused.labels(reason="stale").inc()
+            passed = [n for n in passed if n not in refuse]
+        return FilterAnswer(passed, failed, {})
+
+    # ---- prioritize -------------------------------------------------------------------------
+    def prioritize(self, pod_obj: dict, names: list[str], t0: float | None = None) -> Decision:
+        t0 = time.perf_counter() if t0 is None else t0
+        model = self.models.current
+        if _neutral_pod(pod_obj, self.cfg.scheduler_name):
+            self.metrics.decisions.labels(
+                mode=self.cfg.mode, source="neutral", model_version=model.version
+            ).inc()
+            return Decision(list(names), [0] * len(names), "neutral", model_version=model.version)
+        pod = self.cache.pod(pod_obj)
+        cache = self.cache
+        ids, _ = cache.lookup(names)
+        pos = {n: k for k, n in enumerate(names)}
+        ranking, features, reason = self._run_policy(model, pod, ids, t0)
+        default_scores, default_pick = self._default(pod, ids)
+        names_arr = cache.table.names
+        policy_choice = names_arr[ranking.node] if ranking is not None and ranking.best >= 0 else None
+        if self.cfg.mode == "shadow" or ranking is None or ranking.best < 0:
+            if ranking is not None and ranking.best < 0:
+                reason = "no-feasible"
+            if self.cfg.mode == "shadow" and ranking is not None and ranking.best >= 0:
+                agree = policy_choice == default_pick
+                self.metrics.shadow.labels(agree=str(agree).lower(), model_version=model.version).inc()
+                source, reason = "fallback", "shadow"
+            else:
+                source = "fallback"
+                self.metrics.fallbacks.labels(reason=reason, model_version=model.version).inc()
+            scores = [0] * len(names)
+            for n, sc in default_scores.items():
+                scores[pos[n]] = sc
+            d = Decision(
+                list(names),
+                scores,
+                source,
+                reason,
+                model.version,
+                default_pick,
+                policy_choice,
+                ranking,
+                features,
+            )
+        else:
+            ext = to_extender_scores(ranking.scores, ranking.best)
+            scores = [0] * len(names)
+            for node, sc in zip(ranking.nodes, ext, strict=True):
+                scores[pos[names_arr[node]]] = int(sc)
+            d = Decision(
+                list(names),
+                scores,
+                "policy",
+                "",
+                model.version,
+                policy_choice,
+                policy_choice,
+                ranking,
+                features,
+            )
+        self.metrics.decisions.labels(mode=self.cfg.mode, source=d.source, model_version=model.version).inc()
+        for hook in self.on_decision:
+            try:
+                hook(pod_obj, d)
+            except Exception:  # a logging hook must never fail a decision
+                log.exception("decision hook failed")
+        return d
+
+    def _run_policy(
+        self, model: LoadedModel, pod: Pod, ids: np.ndarray, t0: float
+    ) -> tuple[Ranking | None, Any, str]:
+        """(ranking or None, the policy's features, fallback reason)."""
+        cache = self.cache
+        scheduler = model.scheduler
+
+        def call() -> tuple[Ranking, Any]:
+            with cache.lock:
+                feasible = cache.state.feasible(pod) & cache.schedulable
+                r = rank(scheduler, cache.state, pod, self.rng, candidates=ids, feasible=feasible)
+                return r, getattr(scheduler, "last_features", None) if r.best >= 0 else None
+
+        if not self._busy.acquire(blocking=False):
+            return None, None, "busy"
+        try:
+            fut: Future = self._pool.submit(call)
+        except RuntimeError:  # pool shut down
+            self._busy.release()
+            return None, None, "error"
+        fut.add_done_callback(lambda _f: self._busy.release())
+        # Leave room for the fallback (a few hundred microseconds at 2,000 nodes).
+        wait = self.cfg.budget_ms / 1000.0 - (time.perf_counter() - t0) - 0.001
+        try:
+            ranking, features = fut.result(timeout=max(wait, 0.0))
+        except FutureTimeout:
+            return None, None, "timeout"
+        except NonFiniteScores:
+            return None, None, "nan"
+        except Exception as e:
+            log.warning("policy %s raised %s: %s", model.version, type(e).__name__, e)
+            return None, None, "error"
+        return ranking, features, ""
+
+    def _default(self, pod: Pod, ids: np.ndarray) -> tuple[dict[str, int], str | None]:
+        """kube-default scores (0..10) of the candidates that fit, and its pick (first best).
+
+        Read without the cache lock on purpose: a policy stuck past its budget holds the lock,
+        and the fallback must still answer in time (a bind racing with this read can skew one
+        answer by one pod, as kube-scheduler's own snapshots can).
+        """
+        cache = self.cache
+        state = cache.state
+        if not len(ids):
+            return {}, None
+        ok = ids[(state.feasible(pod) & cache.schedulable)[ids]]
+        if not len(ok):
+            return {}, None
+        raw = self.kube_default.score(state, pod, ok)
+        ext = np.clip(np.floor(raw / 20.0 + 1e-9), 0, MAX_EXTENDER_SCORE).astype(np.int64)
+        names = cache.table.names
+        return ({names[n]: int(s) for n, s in zip(ok, ext, strict=True)}, names[int(ok[int(np.argmax(raw))])])
+
+    # ---- weights (gRPC) ---------------------------------------------------------------------
+    def weights(
+        self, pod: Pod, names: list[str], t0: float | None = None
+    ) -> tuple[dict[str, float], str, str]:
+        """(weights over WEIGHT_TERMS, model version, fallback reason or ""). The fallback is
+        kube's default weighting: equal weight on the free CPU and memory terms."""
+        t0 = time.perf_counter() if t0 is None else t0
+        store = self.weights_models or self.models
+        model = store.current
+        default = {t: (0.5 if t in ("free_cpu", "free_mem") else 0.0) for t in WEIGHT_TERMS}
+        if not isinstance(model.scheduler, WeightScheduler):
+            raise TypeError(
+                f"model {model.version} ({model.path}) is a node-scoring policy, "
+                "not a weight policy: start with --weights-policy"
+            )
+        cache = self.cache
+        ids, _ = cache.lookup(names)
+        scheduler = model.scheduler
+
+        def call() -> np.ndarray:
+            with cache.lock:
+                feasible = ids[(cache.state.feasible(pod) & cache.schedulable)[ids]]
+                if not len(feasible):
+                    raise LookupError("no feasible node")
+                w, _ = scheduler.weights(cache.state, pod, feasible)
+                return w
+
+        if not self._busy.acquire(blocking=False):
+            self.metrics.fallbacks.labels(reason="busy", model_version=model.version).inc()
+            return default, model.version, "busy"
+        fut = self._pool.submit(call)
+        fut.add_done_callback(lambda _f: self._busy.release())
+        wait = self.cfg.budget_ms / 1000.0 - (time.perf_counter() - t0) - 0.0005
+        reason = ""
+        try:
+            w = fut.result(timeout=max(wait, 0.0))
+            if not np.isfinite(w).all():
+                reason = "nan"
+        except FutureTimeout:
+            reason = "timeout"
+        except LookupError:
+            reason = "no-feasible"
+        except Exception as e:
+            log.warning("weight policy %s raised %s: %s", model.version, type(e).__name__, e)
+            reason = "error"
+        if reason:
+            self.metrics.fallbacks.labels(reason=reason, model_version=model.version).inc()
+            return default, model.version, reason
+        return {t: float(x) for t, x in zip(WEIGHT_TERMS, w, strict=True)}, model.version, ""
