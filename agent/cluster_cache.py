@@ -114,7 +114,10 @@ class ClusterCache:
         self.table = table if table is not None else node_table(infos)
         self.index = {n.name: i for i, n in enumerate(infos)}
         self.state = ClusterState(self.table)
-        self.schedulable = np.array([not n.unschedulable and n.ready for n in infos], dtype=bool)
+        # A node reporting no allocatable CPU or memory cannot run pods (and would divide by zero).
+        self.schedulable = np.array(
+            [not n.unschedulable and n.ready and n.cpu > 0 and n.mem > 0 for n in infos], dtype=bool
+        )
         self.tainted = np.array([bool(n.no_schedule_taints) for n in infos], dtype=bool)
         k = len(infos)
         self.usage_time = np.zeros(k)  # unix time of each node's newest telemetry sample (0: none)
@@ -185,7 +188,9 @@ class ClusterCache:
                 if (old.cpu, old.mem, old.gpu, old.model) == (info.cpu, info.mem, info.gpu, info.model):
                     # Only schedulability/taints/labels moved: no need to rebuild the state.
                     self.infos = infos
-                    self.schedulable[i] = not info.unschedulable and info.ready
+                    self.schedulable[i] = (
+                        not info.unschedulable and info.ready and info.cpu > 0 and info.mem > 0
+                    )
                     self.tainted[i] = bool(info.no_schedule_taints)
                     self.generation += 1
                     return
@@ -223,8 +228,9 @@ class ClusterCache:
                 return
             moved = known is None or known.node != node
             self.delete_pod(uid)
-            self._account(uid, node, pod, _created(obj), time.time() if moved else known.bound_at, None,
-                          new=moved)
+            self._account(
+                uid, node, pod, _created(obj), time.time() if moved else known.bound_at, None, new=moved
+            )
 
     def delete_pod(self, uid: str) -> None:
         with self.lock:

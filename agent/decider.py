@@ -157,6 +157,29 @@ class Decider:
         self.on_decision: list[Any] = []  # callables(pod_obj, Decision), e.g. the outcome log
         self._busy = threading.Lock()
         self.metrics.set_model(models.version, models.current.path)
+        models.prepare = self.warm_up
+        models.on_change = self._model_changed
+        models.on_error = lambda _msg: self.metrics.reloads.labels(result="error").inc()
+        self.warm_up()
+
+    def _model_changed(self, model: LoadedModel) -> None:
+        self.metrics.set_model(model.version, model.path)
+        self.metrics.reloads.labels(result="ok").inc()
+
+    def warm_up(self, model: LoadedModel | None = None) -> None:
+        """One untimed decision over every node, so the first real request does not pay for
+        building the policy's caches (fragmentation parts of every node, weights)."""
+        model = model or self.models.current
+        cache = self.cache
+        with cache.lock:
+            ids = np.flatnonzero(cache.schedulable)
+            if not len(ids):
+                return
+            pod = Pod(-1, 100, 128, 0, 0, 0, 1)
+            try:
+                rank(model.scheduler, cache.state, pod, np.random.default_rng(0), candidates=ids)
+            except Exception as e:  # a broken model shows in the first request's fallback
+                log.warning("warm-up of model %s failed: %s", model.version, e)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -182,7 +205,8 @@ class Decider:
                     continue
                 info = cache.infos[i]
                 if not cache.schedulable[i]:
-                    why = "cordoned" if info.unschedulable else "NotReady"
+                    why = ("cordoned" if info.unschedulable else "NotReady" if not info.ready
+                           else "without allocatable CPU or memory")
                     failed[name] = f"fedsched: node is {why}"
                     self.metrics.refused.labels(reason="unschedulable").inc()
                     continue

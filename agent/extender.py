@@ -310,6 +310,8 @@ def _make_handler(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
             t0 = time.perf_counter()
             path = self.path.split("?", 1)[0]
             verb = path[len(prefix) + 1 :] if path.startswith(prefix + "/") else ""
+            if verb == "reload":
+                verb = ""  # only /admin/reload reloads
             if path == "/admin/reload":
                 verb = "reload"
             if verb not in ("filter", "prioritize", "bind", "preempt", "reload"):

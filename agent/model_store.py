@@ -76,7 +76,9 @@ class ModelStore:
     ) -> None:
         self.path = resolve_policy_path(policy)
         self.backend = backend
-        self.on_change = on_change
+        self.on_change = on_change  # called with the new model after a swap
+        self.prepare: Callable[[LoadedModel], None] | None = None  # called before a swap (warm-up)
+        self.on_error: Callable[[str], None] | None = None  # called when a reload fails
         self.current = load_model(self.path, backend)
         self._stamp = self._file_stamp()
         self._stop = threading.Event()
@@ -104,12 +106,16 @@ class ModelStore:
                 if target == self.path:
                     self._stamp = self._file_stamp()  # retried when the file changes again
                 log.warning("model reload from %s failed, keeping %s: %s", target, self.current.version, e)
+                if self.on_error is not None:
+                    self.on_error(str(e))
                 return False, str(e)
             old = self.current
             self.path = target
             self._stamp = self._file_stamp()
             if new.version == old.version and new.path == old.path:
                 return False, f"unchanged ({old.version})"
+            if self.prepare is not None:
+                self.prepare(new)
             self.current = new
             log.info("model reloaded: %s -> %s from %s", old.version, new.version, target)
             if self.on_change is not None:

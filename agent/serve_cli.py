@@ -178,11 +178,7 @@ def build_agent(opts: dict[str, Any]):
         if part and not Path(part).is_file():
             raise FileNotFoundError(f"no such file: {part}")
     metrics = ServingMetrics()
-    models = ModelStore(
-        opts["policy"],
-        backend=opts["backend"],
-        on_change=lambda m: (metrics.set_model(m.version, m.path), metrics.reloads.labels(result="ok").inc()),
-    )
+    models = ModelStore(opts["policy"], backend=opts["backend"])
     weights_models = ModelStore(opts["weights-policy"]) if opts["weights-policy"] else None
     cache = ClusterCache.from_csv(opts["cluster-csv"]) if opts["cluster-csv"] else ClusterCache()
     safety = SafetyConfig(

@@ -1,0 +1,90 @@
+"""Test helpers for the online agent: a real extender on loopback and a JSON client for it."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from fedsched.agent.cluster_cache import ClusterCache
+from fedsched.agent.decider import Decider, DeciderConfig
+from fedsched.agent.extender import ExtenderServer
+from fedsched.agent.model_store import ModelStore
+from fedsched.agent.telemetry import NodeUsage, TelemetrySnapshot
+
+PAYLOADS = Path(__file__).parent / "data" / "extender-payloads"
+
+
+def payload(name: str) -> Any:
+    return json.loads((PAYLOADS / name).read_text())
+
+
+class Client:
+    """HTTP/1.1 keep-alive JSON client, as kube-scheduler's extender client is."""
+
+    def __init__(self, server: ExtenderServer, timeout: float = 10.0) -> None:
+        self.server = server
+        self.conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+
+    def raw(
+        self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, bytes]:
+        h = {"Content-Type": "application/json", **(headers or {})}
+        try:
+            self.conn.request(method, path, body, h)
+            r = self.conn.getresponse()
+            return r.status, r.read()
+        except (http.client.HTTPException, ConnectionError):
+            self.conn.close()
+            raise
+
+    def post(self, verb: str, body: Any) -> tuple[int, Any]:
+        status, data = self.raw("POST", f"{self.server.prefix}/{verb}", json.dumps(body).encode())
+        return status, json.loads(data)
+
+    def get(self, path: str) -> tuple[int, str]:
+        status, data = self.raw("GET", path)
+        return status, data.decode()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@contextlib.contextmanager
+def running(
+    cache: ClusterCache, policy: str = "learned", allow_bind: bool = True, **cfg: Any
+) -> Iterator[tuple[ExtenderServer, Client]]:
+    cfg.setdefault("budget_ms", 2000.0)  # tests about the budget set it; the others must not time out
+    decider = Decider(cache, ModelStore(policy), DeciderConfig(**cfg))
+    server = ExtenderServer(decider, port=0, allow_bind=allow_bind)
+    server.start()
+    client = Client(server)
+    try:
+        yield server, client
+    finally:
+        client.close()
+        server.stop()
+        decider.close()
+
+
+def snapshot(usage: dict[str, tuple[float, float]], age_s: float = 0.0, up: bool = True) -> TelemetrySnapshot:
+    """Telemetry as Prometheus would report it: (cpu_ratio, mem_ratio) per node, ``age_s`` old."""
+    now = time.time()
+    nodes = {n: NodeUsage(c, m, float("nan"), float("nan"), now - age_s) for n, (c, m) in usage.items()}
+    return TelemetrySnapshot(up, now if up else 0.0, nodes, "" if up else "connection refused")
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of a metric's samples matching ``labels`` in Prometheus text format."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
