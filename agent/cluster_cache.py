@@ -24,6 +24,7 @@ mutations and every read that must be consistent hold :attr:`lock`.
 
 from __future__ import annotations
 
+import calendar
 import math
 import threading
 import time
@@ -53,12 +54,13 @@ class BoundPod:
     bound_at: float  # unix seconds when the cache first saw it bound
 
 
-def _created(obj: dict) -> float:
+def created_time(obj: dict) -> float:
+    """metadata.creationTimestamp in unix seconds (NaN when absent or unreadable)."""
     ts = (obj.get("metadata") or {}).get("creationTimestamp")
     if not ts:
         return math.nan
     try:
-        return time.mktime(time.strptime(str(ts), "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        return float(calendar.timegm(time.strptime(str(ts), "%Y-%m-%dT%H:%M:%SZ")))
     except ValueError:
         return math.nan
 
@@ -229,7 +231,7 @@ class ClusterCache:
             moved = known is None or known.node != node
             self.delete_pod(uid)
             self._account(
-                uid, node, pod, _created(obj), time.time() if moved else known.bound_at, None, new=moved
+                uid, node, pod, created_time(obj), time.time() if moved else known.bound_at, None, new=moved
             )
 
     def delete_pod(self, uid: str) -> None:

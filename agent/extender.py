@@ -38,6 +38,7 @@ from typing import Any
 
 from fedsched.common.cluster import Pod
 
+from .cluster_cache import created_time
 from .decider import Decider
 from .k8s_objects import ObjectError, node_from_json, pod_from_json
 
@@ -183,7 +184,7 @@ class ExtenderServer:
         try:
             pod = pod_from_json(pod_obj, cache.table.models)
             gpus = self._select_gpus(pod, body["Node"])
-            cache.bind(body["PodUID"], pod, body["Node"], gpus)
+            cache.bind(body["PodUID"], pod, body["Node"], gpus, created=created_time(pod_obj))
         except KeyError:
             return {"Error": f"fedsched: unknown node {body['Node']}"}
         except (ValueError, ObjectError) as e:
