@@ -11,7 +11,9 @@ SuperNode's node config names the member's own data: ``cluster-name``, ``nodes-c
 ``pods-csv`` (its cluster in the openb schema), and optionally ``decision-log`` (a
 :class:`fedsched.agent.decision_log.DecisionLog` directory) with ``window``: the member then
 learns from its own recent decisions (behaviour cloning on the log's last ``window``
-entries, lr 1e-4) instead of simulating.
+entries, lr 1e-4) instead of simulating; with ``serve-policy`` (a checkpoint path) it then
+writes its personalised mix ``eta * W_local + (1 - eta) * W_global`` there, and the member's
+extender (``fedsched serve --policy`` on that path) hot-reloads it.
 
 Reply: one ArrayRecord with the INT8-encoded delta (``NAME.q`` / ``NAME.scale``) and one
 MetricRecord with ``num-examples`` (decisions trained on; 0 when the member skipped its
@@ -42,6 +44,7 @@ from .federated import (
     local_round,
     member_cluster,
     member_from_node_config,
+    write_serving_checkpoint,
 )
 
 app = ClientApp()
@@ -86,6 +89,9 @@ def train(msg: Message, context: Context) -> Message:
         window = int(context.node_config.get("window", 5000))
         new, used = finetune_on_log(global_w, start, str(log_dir), window, 1e-4, 2, seed=1000 * rnd + pid)
         state.save("local", new)
+        serve_path = context.node_config.get("serve-policy")
+        if serve_path:  # the member's extender hot-reloads its personalised mix from this file
+            write_serving_checkpoint(str(serve_path), personalised_mix(new, global_w, eta), rnd)
         delta = {k: (new[k] - global_w[k]).astype(np.float32) for k in global_w}
         result = RoundResult(delta, used, 0.0, True)
     else:  # simulation, or a member that trains on a model of its own cluster

@@ -186,3 +186,20 @@ def local_round(member: Member, state: MemberState, global_w: dict[str, np.ndarr
     return RoundResult(delta if upload else {k: np.zeros_like(v) for k, v in delta.items()},
                        trainer.global_step if upload else 0,
                        float(np.mean(rewards)) if rewards else 0.0, upload)
+
+
+def write_serving_checkpoint(path: str | Path, weights: dict[str, np.ndarray], server_round: int,
+                             base: str | Path | None = None) -> Path:
+    """Write the weights a member's extender should serve (``fedsched serve --policy PATH``
+    watches the file and hot-reloads it). Metadata (typical pods, hyper-parameters) comes from
+    ``base`` (default: the shipped policy); the write is atomic, so the server never reads half a
+    file."""
+    from fedsched.common.policy import load_checkpoint, save_checkpoint, typical_from_dict
+    from fedsched.common.schedulers import default_policy_path
+
+    base_policy, meta, _ = load_checkpoint(base or default_policy_path())
+    load_weights(base_policy, weights)
+    return save_checkpoint(path, base_policy, algorithm="federated-personalised",
+                           hyperparameters=meta.get("hyperparameters", {}),
+                           typical=typical_from_dict(meta.get("typical_pods")),
+                           data=meta.get("data_hash", ""), extra={"server_round": int(server_round)})

@@ -40,7 +40,8 @@ def test_deployed_member_learns_from_its_own_data_and_decision_log(tmp_path):
     log.flush()
     glob = weights_of(NodeScoringPolicy())
     node_config = {"cluster-name": "prod-eu", "nodes-csv": str(n_csv), "pods-csv": str(p_csv),
-                   "decision-log": str(tmp_path / "log"), "window": 150}
+                   "decision-log": str(tmp_path / "log"), "window": 150,
+                   "serve-policy": str(tmp_path / "serve" / "policy.pt")}
     ctx = Context(run_id=1, node_id=7, node_config=node_config, state=RecordDict(),
                   run_config={"state-dir": str(tmp_path / "state"), "eta": 0.2})
     reply = train(message(glob), ctx)
@@ -49,6 +50,16 @@ def test_deployed_member_learns_from_its_own_data_and_decision_log(tmp_path):
     delta = decode_int8({k: v.numpy() for k, v in reply.content["arrays"].items()})
     assert set(delta) == set(glob) and any(np.abs(v).max() > 0 for v in delta.values())
     assert (tmp_path / "state" / "prod-eu" / "local.npz").exists()  # W_local persisted under its name
+    # the extender's checkpoint: the personalised mix, loadable by the serving agent
+    from fedsched.agent.federated import load_npz
+    from fedsched.agent.model_store import ModelStore
+    from fedsched.common.weight_codec import personalised_mix
+
+    served = ModelStore(str(tmp_path / "serve" / "policy.pt")).current.scheduler.policy
+    local = load_npz(tmp_path / "state" / "prod-eu" / "local.npz")
+    mix = personalised_mix(local, glob, 0.2)
+    for k, v in weights_of(served).items():
+        np.testing.assert_allclose(v, mix[k], rtol=1e-6, atol=1e-7)
     bad = Context(run_id=1, node_id=7, node_config={"nodes-csv": str(n_csv)}, state=RecordDict(),
                   run_config={"state-dir": str(tmp_path / "state")})
     with pytest.raises(ValueError, match="pods-csv"):
