@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from fedsched.common.cluster import MILLI_PER_GPU, QOS_ALIASES, QOS_CLASSES, NodeTable, Pod
+from fedsched.common.traces import DEFAULT_DISK_IO_MBPS, DEFAULT_NET_MBPS
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_MILLI_ANNOTATION = "alibabacloud.com/gpu-milli"
@@ -267,7 +268,9 @@ def node_from_json(node: Any) -> NodeInfo:
 
 
 def node_table(infos: list[NodeInfo]) -> NodeTable:
-    """The simulator's node table of these nodes (disk and network capacity unknown: 0)."""
+    """The simulator's node table of these nodes. Kubernetes reports no disk or network
+    capacity: the nodes get the defaults the trace loader gives openb nodes, so the policy's
+    I/O and network features mean the same in serving as in training."""
     models = tuple(sorted({i.model for i in infos if i.gpu}))
     return NodeTable(
         names=tuple(i.name for i in infos),
@@ -276,8 +279,8 @@ def node_table(infos: list[NodeInfo]) -> NodeTable:
         gpu=np.array([i.gpu for i in infos], dtype=np.int64),
         model=np.array([models.index(i.model) if i.gpu else -1 for i in infos], dtype=np.int64),
         models=models,
-        disk_io=np.zeros(len(infos)),
-        net=np.zeros(len(infos)),
+        disk_io=np.full(len(infos), DEFAULT_DISK_IO_MBPS),
+        net=np.full(len(infos), DEFAULT_NET_MBPS),
     )
 
 

@@ -103,3 +103,33 @@ def test_a_trace_through_the_extender_decides_exactly_as_the_simulator(policy):
     for a in ("cpu_req", "mem_req", "gpu_free", "gpu_tag_pods"):
         np.testing.assert_array_equal(getattr(cache.state, a), getattr(sim_state, a), err_msg=a)
         np.testing.assert_array_equal(getattr(kube.state, a), getattr(sim_state, a), err_msg=a)
+
+
+def test_a_cluster_read_from_api_objects_gives_the_simulators_features():
+    """The Kubernetes path (Node JSON -> cache) feeds the policy exactly what training saw."""
+    from fedsched.agent.k8s_objects import node_to_json
+    from fedsched.common.features import FeatureBuilder
+    from fedsched.common.policy import load_checkpoint, typical_from_dict
+    from fedsched.common.schedulers import default_policy_path
+
+    nodes = load_nodes(builtin_trace("openb_node_list_gpu_node.csv"))
+    pods = load_pods(builtin_trace("openb_pod_list_default.csv"), nodes, allow_oversized=True)
+    from_api = ClusterCache()
+    from_api.replace_all([node_to_json(nodes, i) for i in range(len(nodes))], [])
+    assert from_api.table.models == nodes.models
+    sim = ClusterState(nodes)
+    typical = typical_from_dict(load_checkpoint(default_policy_path())[1]["typical_pods"])
+    fb_sim, fb_api = FeatureBuilder(typical), FeatureBuilder(typical)
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(pods), 30, replace=False):
+        pod = Pod.from_table(pods, int(i))
+        api_pod = from_api.pod(pod_to_json(pod, f"p{i}", nodes.models))
+        ids = np.flatnonzero(sim.feasible(pod))
+        a, b = fb_sim.build(sim, pod, ids), fb_api.build(from_api.state, api_pod, ids)
+        np.testing.assert_array_equal(a.nodes, b.nodes)
+        np.testing.assert_array_equal(a.pod, b.pod)
+        np.testing.assert_array_equal(a.context, b.context)
+        node = int(ids[0])
+        gpus = fb_sim.select_gpus(sim, pod, node)
+        sim.allocate(node, pod, gpus)
+        from_api.bind(f"p{i}", api_pod, nodes.names[node], gpus)
