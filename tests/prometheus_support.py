@@ -1,0 +1,372 @@
+"""Test helpers for the telemetry tests: simulated node-exporters and a real Prometheus server.
+
+- :class:`NodeExporterSim` serves one node-exporter per simulated node, each with its own
+  ``prometheus_client`` :class:`~prometheus_client.CollectorRegistry` and HTTP server on
+  127.0.0.1 (a free port), publishing metrics under node-exporter's names
+  (``node_cpu_seconds_total{cpu,mode}``, ``node_memory_MemTotal_bytes``,
+  ``node_memory_MemAvailable_bytes``, ``node_disk_{read,written}_bytes_total{device}``,
+  ``node_network_{receive,transmit}_bytes_total{device}``). The test sets each node's CPU and
+  memory utilisation, disk I/O (MB/s) and network (Mbit/s); the counters advance at exactly
+  those rates over wall time, so ``rate()`` in Prometheus gives back the set values. Dropping a
+  node shuts its exporter down, as a dead node-exporter would be.
+- :func:`running_prometheus` starts the real ``prometheus`` binary (Debian package) on a free
+  loopback port with a temporary config (scrape and evaluation interval 1 s) and a recording
+  rules file, waits for ``/-/ready`` and terminates it afterwards.
+
+Each simulated node is its own scrape target, so its own ``instance``, as with one node-exporter
+per node in kube-prometheus; a node either gets a ``node`` target label (its instance stays
+``127.0.0.1:PORT``) or an ``instance`` label ``NAME:9100`` in place of its address.
+
+The upstream CPU rule computes ``rate(...[5m])``, and ``rate`` divides by the whole window: with
+a few seconds of samples it returns about elapsed/300 of the true rate (checked against this
+Prometheus 2.42). :func:`rules_with_window` therefore gives the tests a copy of the shipped rules
+file whose range selectors alone are shortened, so that values converge in seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+PROMETHEUS = shutil.which("prometheus") or shutil.which("prometheus", path="/usr/bin:/usr/local/bin")
+PROMTOOL = shutil.which("promtool") or shutil.which("promtool", path="/usr/bin:/usr/local/bin")
+RULES_FILE = Path(__file__).resolve().parents[1] / "agent" / "prometheus" / "recording-rules.yaml"
+JOB = "node-exporter"  # the job name the upstream memory rule selects
+HOST = "127.0.0.1"
+START_TIMEOUT = 30.0
+
+# Split of the simulated load over modes and devices. Every part below is either counted by the
+# queries (busy CPU modes, physical disks, eth0) or must be left out by them (idle/iowait/steal,
+# the device-mapper volume stacked on sda, the loopback interface).
+CPU_BUSY_MODES = {"user": 0.6, "system": 0.3, "softirq": 0.1}  # shares of the busy time
+CPU_IDLE_MODES = {"idle": 0.96, "iowait": 0.03, "steal": 0.01}  # shares of the non-busy time
+DISK_SHARES = {("sda", "read"): 0.3, ("sda", "written"): 0.2,
+               ("nvme0n1", "read"): 0.25, ("nvme0n1", "written"): 0.25}
+DISK_STACKED = {"dm-0": "sda"}  # a device-mapper volume on sda: the same bytes again
+NET_SHARES = {("eth0", "receive"): 0.6, ("eth0", "transmit"): 0.4}
+LOOPBACK_BYTES_PER_S = 5e8  # traffic on "lo", which must not count
+
+
+class SimulatedNode(Collector):
+    """One node's node-exporter metrics, with counters that follow the set utilisation."""
+
+    def __init__(self, name: str, *, cpu: float, mem: float, disk_mbs: float, net_mbits: float,
+                 cpus: int = 4, mem_total_bytes: int = 16 * 2**30, node_label: bool = True) -> None:
+        self.name = name
+        self.cpus = cpus
+        self.mem_total_bytes = mem_total_bytes
+        self.node_label = node_label
+        self._lock = threading.Lock()
+        self._since = time.time()
+        # Counters start where a node up for a day would be, not at zero.
+        self._base: dict[tuple[str, ...], float] = {}
+        self._rates: dict[tuple[str, ...], float] = {}
+        self._mem = 0.0
+        self._apply(cpu, mem, disk_mbs, net_mbits, initial=True)
+
+    # ---- load -----------------------------------------------------------------------------
+    def set(self, *, cpu: float | None = None, mem: float | None = None, disk_mbs: float | None = None,
+            net_mbits: float | None = None) -> None:
+        """Change the load from now on; counters keep everything accumulated so far."""
+        with self._lock:
+            cur = self.current()
+            self._apply(cur["cpu"] if cpu is None else cpu, cur["mem"] if mem is None else mem,
+                        cur["disk_mbs"] if disk_mbs is None else disk_mbs,
+                        cur["net_mbits"] if net_mbits is None else net_mbits)
+
+    def current(self) -> dict[str, float]:
+        """The load currently set (cpu and mem ratios 0..1, disk MB/s, net Mbit/s)."""
+        return dict(self._load)
+
+    def _apply(self, cpu: float, mem: float, disk_mbs: float, net_mbits: float,
+               initial: bool = False) -> None:
+        if not (0.0 <= cpu <= 1.0 and 0.0 <= mem <= 1.0 and disk_mbs >= 0 and net_mbits >= 0):
+            raise ValueError(f"bad load for {self.name}: cpu={cpu} mem={mem} disk={disk_mbs} net={net_mbits}")
+        now = time.time()
+        if initial:
+            uptime = 86400.0
+            rates = self._rates_for(cpu, disk_mbs, net_mbits)
+            self._base = {k: r * uptime for k, r in rates.items()}
+        else:
+            self._base = self._values(now)
+            rates = self._rates_for(cpu, disk_mbs, net_mbits)
+        self._rates, self._since = rates, now
+        self._mem = mem
+        self._load = {"cpu": cpu, "mem": mem, "disk_mbs": disk_mbs, "net_mbits": net_mbits}
+
+    def _rates_for(self, cpu: float, disk_mbs: float, net_mbits: float) -> dict[tuple[str, ...], float]:
+        rates: dict[tuple[str, ...], float] = {}
+        for c in range(self.cpus):
+            for mode, share in CPU_BUSY_MODES.items():
+                rates[("cpu", str(c), mode)] = cpu * share
+            for mode, share in CPU_IDLE_MODES.items():
+                rates[("cpu", str(c), mode)] = (1.0 - cpu) * share
+        for (dev, op), share in DISK_SHARES.items():
+            rates[("disk", dev, op)] = disk_mbs * 1e6 * share
+        for dev, under in DISK_STACKED.items():
+            for op in ("read", "written"):
+                rates[("disk", dev, op)] = rates[("disk", under, op)]
+        for (dev, op), share in NET_SHARES.items():
+            rates[("net", dev, op)] = net_mbits * 1e6 / 8 * share
+        for op in ("receive", "transmit"):
+            rates[("net", "lo", op)] = LOOPBACK_BYTES_PER_S
+        return rates
+
+    def _values(self, now: float) -> dict[tuple[str, ...], float]:
+        dt = now - self._since
+        return {k: self._base[k] + r * dt for k, r in self._rates.items()}
+
+    # ---- exposition -----------------------------------------------------------------------
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            values = self._values(time.time())
+            mem = self._mem
+        cpu_f = CounterMetricFamily("node_cpu_seconds_total", "Seconds the CPUs spent in each mode.",
+                                    labels=["cpu", "mode"])
+        disk_r = CounterMetricFamily("node_disk_read_bytes_total", "The total number of bytes read.",
+                                     labels=["device"])
+        disk_w = CounterMetricFamily("node_disk_written_bytes_total", "The total number of bytes written.",
+                                     labels=["device"])
+        net_rx = CounterMetricFamily("node_network_receive_bytes_total", "Network device statistic.",
+                                     labels=["device"])
+        net_tx = CounterMetricFamily("node_network_transmit_bytes_total", "Network device statistic.",
+                                     labels=["device"])
+        families = {("disk", "read"): disk_r, ("disk", "written"): disk_w,
+                    ("net", "receive"): net_rx, ("net", "transmit"): net_tx}
+        for key, v in sorted(values.items()):
+            if key[0] == "cpu":
+                cpu_f.add_metric([key[1], key[2]], v)
+            else:
+                families[(key[0], key[2])].add_metric([key[1]], v)
+        yield cpu_f
+        yield from families.values()
+        total = GaugeMetricFamily("node_memory_MemTotal_bytes", "Memory information field MemTotal_bytes.")
+        total.add_metric([], float(self.mem_total_bytes))
+        yield total
+        avail = GaugeMetricFamily("node_memory_MemAvailable_bytes",
+                                  "Memory information field MemAvailable_bytes.")
+        avail.add_metric([], float(self.mem_total_bytes) * (1.0 - mem))
+        yield avail
+
+
+@dataclass
+class _Served:
+    node: SimulatedNode
+    server: WSGIServer
+    thread: threading.Thread
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_port)
+
+
+class NodeExporterSim:
+    """Simulated node-exporters, one HTTP server (and registry) per node, on loopback."""
+
+    def __init__(self) -> None:
+        self._served: dict[str, _Served] = {}
+
+    def add_node(self, name: str, **load: float | int | bool) -> SimulatedNode:
+        """Start an exporter for a new node; ``load`` goes to :class:`SimulatedNode`."""
+        if name in self._served:
+            raise ValueError(f"node {name} exists")
+        node = SimulatedNode(name, **load)  # type: ignore[arg-type]
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(node)
+        server, thread = start_http_server(0, addr=HOST, registry=registry)
+        self._served[name] = _Served(node, server, thread)
+        return node
+
+    def node(self, name: str) -> SimulatedNode:
+        return self._served[name].node
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._served)
+
+    def set(self, name: str, **load: float) -> None:
+        self._served[name].node.set(**load)
+
+    def drop(self, name: str) -> None:
+        """Stop publishing ``name``: its exporter goes away and scrapes of it fail."""
+        s = self._served.pop(name)
+        s.server.shutdown()
+        s.server.server_close()
+        s.thread.join(timeout=5)
+
+    def url(self, name: str) -> str:
+        return f"http://{HOST}:{self._served[name].port}/metrics"
+
+    def scrape_config(self, job: str = JOB) -> dict:
+        """The ``scrape_configs`` entry for all nodes: one target each."""
+        groups = []
+        for name, s in self._served.items():
+            labels = {"node": name} if s.node.node_label else {"instance": f"{name}:9100"}
+            groups.append({"targets": [f"{HOST}:{s.port}"], "labels": labels})
+        return {"job_name": job, "static_configs": groups}
+
+    def close(self) -> None:
+        for name in list(self._served):
+            self.drop(name)
+
+    def __enter__(self) -> NodeExporterSim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---- Prometheus ------------------------------------------------------------------------------
+RANGE_RE = re.compile(r"\[(\d+(?:ms|[smhdwy]))\]")
+
+
+def rules_with_window(text: str, window: str) -> str:
+    """``text`` with every range selector (``[5m]``, ``[3m]``) replaced by ``[window]``."""
+    out, n = RANGE_RE.subn(f"[{window}]", text)
+    if n == 0:
+        raise ValueError("no range selector found in the rules")
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def tail(path: Path, n: int = 3000) -> str:
+    return path.read_text(errors="replace")[-n:] if path.exists() else f"(no {path})"
+
+
+@dataclass
+class PrometheusServer:
+    """A running ``prometheus`` process started by :func:`running_prometheus`."""
+
+    proc: subprocess.Popen
+    port: int
+    workdir: Path
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def api(self, path: str, timeout: float = 5.0) -> dict:
+        """GET ``/api/v1/<path>`` and return the decoded ``data``."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}", timeout=timeout) as r:
+            body = json.load(r)
+        if body.get("status") != "success":
+            raise RuntimeError(f"{path}: {body}")
+        return body["data"]
+
+    def query(self, promql: str) -> list[dict]:
+        return self.api("query?" + urllib.parse.urlencode({"query": promql}))["result"]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Terminate (SIGTERM, then SIGKILL) and wait."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+
+
+def _wait_ready(proc: subprocess.Popen, port: int, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    url = f"http://{HOST}:{port}/-/ready"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"prometheus exited with {proc.returncode}:\n{tail(log)}")
+        with contextlib.suppress(OSError, urllib.error.URLError), urllib.request.urlopen(url, timeout=1) as r:
+            if r.status == 200:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"prometheus not ready on port {port} after {timeout}s:\n{tail(log)}")
+
+
+@contextlib.contextmanager
+def running_prometheus(workdir: Path, scrape_configs: list[dict], rules_text: str | None = None,
+                       interval: str = "1s") -> Iterator[PrometheusServer]:
+    """Run ``prometheus`` on a free loopback port with these scrape configs and rules.
+
+    ``rules_text`` defaults to the shipped rules file as it is. The config, the rules and the
+    TSDB live under ``workdir``; the process is terminated on exit.
+    """
+    if PROMETHEUS is None:
+        raise RuntimeError("prometheus binary not found")
+    workdir.mkdir(parents=True, exist_ok=True)
+    rules = workdir / "rules.yaml"
+    rules.write_text(RULES_FILE.read_text() if rules_text is None else rules_text)
+    config = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
+        "rule_files": [str(rules)],
+        "scrape_configs": scrape_configs,
+    }
+    cfg = workdir / "prometheus.yml"
+    cfg.write_text(json.dumps(config, indent=2))  # JSON is YAML
+    log = workdir / "prometheus.log"
+    server: PrometheusServer | None = None
+    for _attempt in range(3):  # the free port may be taken between probing and binding
+        port = free_port()
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'data'}",
+                 f"--web.listen-address={HOST}:{port}", "--log.level=warn"],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            _wait_ready(proc, port, log, START_TIMEOUT)
+        except RuntimeError:
+            if "address already in use" in tail(log):
+                continue
+            raise
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        server = PrometheusServer(proc, port, workdir, log)
+        break
+    if server is None:
+        raise RuntimeError(f"prometheus could not bind a port:\n{tail(log)}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.25, what: str = "condition"):
+    """Poll ``predicate()`` until it returns something truthy; return that or raise TimeoutError."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise TimeoutError(f"{what} not reached in {timeout}s (last: {last!r})")
+
+
+def close_to(a: float, b: float, rel: float, abs_: float = 0.0) -> bool:
+    """``a`` is finite and within ``rel`` (relative) or ``abs_`` (absolute) of ``b``."""
+    return math.isfinite(a) and abs(a - b) <= max(rel * abs(b), abs_)
+
