@@ -176,7 +176,11 @@ class ClusterCache:
             self.synced = True
 
     def upsert_node(self, obj: dict) -> None:
-        info = node_from_json(obj)
+        try:
+            info = node_from_json(obj)
+        except ObjectError:
+            self.rejected_objects += 1  # a node we cannot read is left out, not fatal to the watch
+            return
         with self.lock:
             infos = list(self.infos)
             i = self.index.get(info.name)
