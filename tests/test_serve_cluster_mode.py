@@ -1,0 +1,115 @@
+"""``fedsched serve`` in cluster mode: cache from Kubernetes watches, HTTPS with mutual TLS.
+
+The API server is the test's local server speaking the Kubernetes API (no kube-apiserver can
+run here); the agent process reaches it through a kubeconfig with the official client, exactly
+as it would reach a real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from fedsched.common import certs
+
+from .k8s_api_stub_server import KubeAPIStub
+from .prometheus_support import wait_for
+from .test_k8s_watch import write_kubeconfig
+
+K8S = Path(__file__).parent / "data" / "k8s"
+
+
+def test_cluster_mode_follows_the_api_server_over_mutual_tls(tmp_path: Path):
+    nodes = json.loads((K8S / "nodes.json").read_text())["items"]
+    pods = json.loads((K8S / "pods.json").read_text())["items"]
+    pki = tmp_path / "pki"
+    certs.init_ca(pki)
+    srv = certs.issue(pki, "fedsched-agent", kind="server", hosts=["localhost"], ips=["127.0.0.1"])
+    cli = certs.issue(pki, "kube-scheduler", kind="client")
+    ca = certs.ca_files(pki).cert
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.load_cert_chain(str(cli.files.cert), str(cli.files.key))
+
+    def call(path: str, body: dict | None = None) -> tuple[int, object]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(base + path, data, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+                raw = r.read()
+                return r.status, json.loads(raw) if body is not None else raw.decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    with KubeAPIStub(nodes, pods) as api:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
+        env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fedsched.common.cli",
+                "serve",
+                "--policy",
+                "learned",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--tls-cert",
+                str(srv.files.cert),
+                "--tls-key",
+                str(srv.files.key),
+                "--client-ca",
+                str(ca),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            line = proc.stdout.readline()
+            assert "listening on https://" in line, proc.stderr.read() if proc.poll() is not None else line
+            url = line.split("listening on ")[1].split()[0]
+            base = url.rsplit("/scheduler", 1)[0]
+            wait_for(lambda: call("/readyz")[0] == 200, 30, 0.2, "the cache synced from the API server")
+            pod = next(
+                p for p in pods if p["metadata"]["name"].startswith("llama-finetune")
+            )  # 8 GPUs, Pending
+            pod = json.loads(json.dumps(pod))
+            pod["spec"]["schedulerName"] = "fedsched"
+            names = [n["metadata"]["name"] for n in nodes]
+            status, out = call("/scheduler/filter", {"Pod": pod, "NodeNames": names})
+            assert status == 200
+            assert {"cpu-node-c", "gpu-v100-1"} <= set(out["FailedNodes"])  # cordoned, NotReady
+            status, prio = call(
+                "/scheduler/prioritize", {"Pod": pod, "NodeNames": ["gpu-v100-0", "cpu-node-a"]}
+            )
+            # gpu-v100-0 has 6 of 8 GPUs free: the pod fits nowhere by the cache, so no opinion (fallback)
+            assert status == 200 and [h["Host"] for h in prio] == ["gpu-v100-0", "cpu-node-a"]
+            # the training job on gpu-v100-0 ends: the watch frees its GPUs and the pod now fits there
+            done = json.loads(
+                json.dumps(next(p for p in pods if p["metadata"]["name"].startswith("resnet50")))
+            )
+            done["status"]["phase"] = "Succeeded"
+            api.update("pods", done)
+
+            def picks_v100() -> bool:
+                s, p = call("/scheduler/prioritize", {"Pod": pod, "NodeNames": ["gpu-v100-0", "cpu-node-a"]})
+                return s == 200 and p[0]["Score"] == 10
+
+            wait_for(picks_v100, 20, 0.2, "the freed node to win")
+            status, text = call("/metrics")
+            assert status == 200 and "fedsched_cache_pods 6.0" in text
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
