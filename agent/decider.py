@@ -114,9 +114,10 @@ class Decision:
 
 
 def _neutral_pod(obj: dict, scheduler_name: str | None) -> bool:
-    if scheduler_name is None:
-        return False
-    return (obj.get("spec") or {}).get("schedulerName", "default-scheduler") != scheduler_name
+    spec = obj.get("spec") or {}
+    if scheduler_name is None or not isinstance(spec, dict):
+        return False  # a spec that is not an object: the pod reader says what is wrong (a 400)
+    return spec.get("schedulerName", "default-scheduler") != scheduler_name
 
 
 def to_extender_scores(scores: np.ndarray, pick: int) -> np.ndarray:
@@ -328,8 +329,9 @@ class Decider:
             self._busy.release()
             return None, None, "error"
         fut.add_done_callback(lambda _f: self._busy.release())
-        # Leave room for the fallback (a few hundred microseconds at 2,000 nodes).
-        wait = self.cfg.budget_ms / 1000.0 - (time.perf_counter() - t0) - 0.001
+        # Leave room for the fallback and the reply: measured about 1.4 ms at 1,213 nodes on the
+        # 2-core test machine, so 1 ms plus 1.5 us per candidate.
+        wait = self.cfg.budget_ms / 1000.0 - (time.perf_counter() - t0) - 0.001 - 1.5e-6 * len(ids)
         try:
             ranking, features = fut.result(timeout=max(wait, 0.0))
         except FutureTimeout:
