@@ -121,6 +121,9 @@ class ClusterCache:
             [not n.unschedulable and n.ready and n.cpu > 0 and n.mem > 0 for n in infos], dtype=bool
         )
         self.tainted = np.array([bool(n.no_schedule_taints) for n in infos], dtype=bool)
+        # A node without allocatable CPU or memory is no capacity at all: out of the cluster's
+        # context features too (they divide by each node's capacity).
+        self.state.alive[:] = [n.cpu > 0 and n.mem > 0 for n in infos]
         k = len(infos)
         self.usage_time = np.zeros(k)  # unix time of each node's newest telemetry sample (0: none)
         self.cpu_ratio = np.full(k, np.nan)
@@ -155,6 +158,15 @@ class ClusterCache:
             else:
                 ids.append(i)
         return np.array(ids, dtype=np.int64), unknown
+
+    def lookup_positions(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(node ids of the known names, their positions in ``names``)."""
+        get = self.index.get
+        found = [(i, k) for k, i in enumerate(map(get, names)) if i is not None]
+        if not found:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        arr = np.array(found, dtype=np.int64)
+        return arr[:, 0], arr[:, 1]
 
     def pod(self, obj: dict) -> Pod:
         return pod_from_json(obj, self.table.models)

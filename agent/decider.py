@@ -206,8 +206,13 @@ class Decider:
                     continue
                 info = cache.infos[i]
                 if not cache.schedulable[i]:
-                    why = ("cordoned" if info.unschedulable else "NotReady" if not info.ready
-                           else "without allocatable CPU or memory")
+                    why = (
+                        "cordoned"
+                        if info.unschedulable
+                        else "NotReady"
+                        if not info.ready
+                        else "without allocatable CPU or memory"
+                    )
                     failed[name] = f"fedsched: node is {why}"
                     self.metrics.refused.labels(reason="unschedulable").inc()
                     continue
@@ -254,52 +259,40 @@ class Decider:
             return Decision(list(names), [0] * len(names), "neutral", model_version=model.version)
         pod = self.cache.pod(pod_obj)
         cache = self.cache
-        ids, _ = cache.lookup(names)
-        pos = {n: k for k, n in enumerate(names)}
+        ids, pos = cache.lookup_positions(names)
         ranking, features, reason = self._run_policy(model, pod, ids, t0)
-        default_scores, default_pick = self._default(pod, ids)
-        names_arr = cache.table.names
-        policy_choice = names_arr[ranking.node] if ranking is not None and ranking.best >= 0 else None
-        if self.cfg.mode == "shadow" or ranking is None or ranking.best < 0:
-            if ranking is not None and ranking.best < 0:
-                reason = "no-feasible"
-            if self.cfg.mode == "shadow" and ranking is not None and ranking.best >= 0:
-                agree = policy_choice == default_pick
-                self.metrics.shadow.labels(agree=str(agree).lower(), model_version=model.version).inc()
-                source, reason = "fallback", "shadow"
-            else:
-                source = "fallback"
-                self.metrics.fallbacks.labels(reason=reason, model_version=model.version).inc()
-            scores = [0] * len(names)
-            for n, sc in default_scores.items():
-                scores[pos[n]] = sc
-            d = Decision(
-                list(names),
-                scores,
-                source,
-                reason,
-                model.version,
-                default_pick,
-                policy_choice,
-                ranking,
-                features,
-            )
+        table_names = cache.table.names
+        decided = ranking is not None and ranking.best >= 0
+        policy_choice = table_names[ranking.node] if decided else None
+        where = np.empty(len(table_names), dtype=np.int64)  # node id -> position in the request
+        where[ids] = pos
+        scores = np.zeros(len(names), dtype=np.int64)
+        if self.cfg.mode == "active" and decided:
+            scores[where[ranking.nodes]] = to_extender_scores(ranking.scores, ranking.best)
+            source, chosen = "policy", policy_choice
         else:
-            ext = to_extender_scores(ranking.scores, ranking.best)
-            scores = [0] * len(names)
-            for node, sc in zip(ranking.nodes, ext, strict=True):
-                scores[pos[names_arr[node]]] = int(sc)
-            d = Decision(
-                list(names),
-                scores,
-                "policy",
-                "",
-                model.version,
-                policy_choice,
-                policy_choice,
-                ranking,
-                features,
-            )
+            ok, default, default_pick = self._default(pod, ids)
+            scores[where[ok]] = default
+            chosen = table_names[default_pick] if default_pick >= 0 else None
+            source = "fallback"
+            if self.cfg.mode == "shadow" and decided:
+                agree = policy_choice == chosen
+                self.metrics.shadow.labels(agree=str(agree).lower(), model_version=model.version).inc()
+                reason = "shadow"
+            else:
+                reason = reason or "no-feasible"
+                self.metrics.fallbacks.labels(reason=reason, model_version=model.version).inc()
+        d = Decision(
+            names,
+            scores.tolist(),
+            source,
+            reason if source == "fallback" else "",
+            model.version,
+            chosen,
+            policy_choice,
+            ranking,
+            features,
+        )
         self.metrics.decisions.labels(mode=self.cfg.mode, source=d.source, model_version=model.version).inc()
         for hook in self.on_decision:
             try:
@@ -343,8 +336,9 @@ class Decider:
             return None, None, "error"
         return ranking, features, ""
 
-    def _default(self, pod: Pod, ids: np.ndarray) -> tuple[dict[str, int], str | None]:
-        """kube-default scores (0..10) of the candidates that fit, and its pick (first best).
+    def _default(self, pod: Pod, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """(candidates that fit, their kube-default scores mapped to 0..10, the pick: the first
+        best node id, -1 if none fits).
 
         Read without the cache lock on purpose: a policy stuck past its budget holds the lock,
         and the fallback must still answer in time (a bind racing with this read can skew one
@@ -352,15 +346,12 @@ class Decider:
         """
         cache = self.cache
         state = cache.state
-        if not len(ids):
-            return {}, None
-        ok = ids[(state.feasible(pod) & cache.schedulable)[ids]]
+        ok = ids[(state.feasible(pod) & cache.schedulable)[ids]] if len(ids) else ids
         if not len(ok):
-            return {}, None
+            return ok, np.zeros(0, dtype=np.int64), -1
         raw = self.kube_default.score(state, pod, ok)
         ext = np.clip(np.floor(raw / 20.0 + 1e-9), 0, MAX_EXTENDER_SCORE).astype(np.int64)
-        names = cache.table.names
-        return ({names[n]: int(s) for n, s in zip(ok, ext, strict=True)}, names[int(ok[int(np.argmax(raw))])])
+        return ok, ext, int(ok[int(np.argmax(raw))])
 
     # ---- weights (gRPC) ---------------------------------------------------------------------
     def weights(

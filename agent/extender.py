@@ -33,6 +33,7 @@ import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from json.encoder import encode_basestring_ascii as _enc
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,15 @@ from fedsched.common.cluster import Pod
 
 from .cluster_cache import created_time
 from .decider import Decider
-from .k8s_objects import ObjectError, node_from_json, pod_from_json
+from .k8s_objects import ObjectError, node_from_json, node_table, pod_from_json
 
 log = logging.getLogger("fedsched.serve")
 
 MAX_BODY = 32 * 1024 * 1024
+
+
+class _Raw(bytes):
+    """A response body that is already JSON."""
 
 
 class BadRequest(ValueError):
@@ -60,7 +65,8 @@ def _names_and_nodes(body: dict) -> tuple[list[str], list[dict] | None]:
         items = nodes.get("items") or []
         out = []
         for k, item in enumerate(items):
-            name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
+            meta = item.get("metadata") if isinstance(item, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
             if not isinstance(name, str) or not name:
                 raise BadRequest(f"Nodes.items[{k}] has no metadata.name")
             out.append(name)
@@ -70,6 +76,20 @@ def _names_and_nodes(body: dict) -> tuple[list[str], list[dict] | None]:
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise BadRequest("NodeNames must be a list of strings")
     return list(names), None
+
+
+def _meta_victims(node: str, victims: Any) -> dict:
+    """One node's entry of NodeNameToVictims (full pods) as a MetaVictims entry (UIDs)."""
+    pods = victims.get("Pods") if isinstance(victims, dict) else None
+    if not isinstance(victims, dict) or not isinstance(pods or [], list):
+        raise BadRequest(f"NodeNameToVictims[{node}] must be an object with a Pods list")
+    uids = []
+    for k, p in enumerate(pods or []):
+        meta = p.get("metadata") if isinstance(p, dict) else None
+        if not isinstance(p, dict) or not isinstance(meta or {}, dict):
+            raise BadRequest(f"NodeNameToVictims[{node}].Pods[{k}] is not a Pod object")
+        uids.append({"UID": (meta or {}).get("uid", "")})
+    return {"Pods": uids, "NumPDBViolations": victims.get("NumPDBViolations", 0)}
 
 
 def _pod(body: Any) -> dict:
@@ -156,7 +176,7 @@ class ExtenderServer:
             "Error": "",
         }
 
-    def prioritize(self, body: Any, t0: float) -> list[dict]:
+    def prioritize(self, body: Any, t0: float) -> bytes:
         pod = _pod(body)
         names, items = _names_and_nodes(body)
         if len(set(names)) != len(names):
@@ -167,7 +187,10 @@ class ExtenderServer:
             d = self.decider.prioritize(pod, names, t0)
         except ObjectError as e:
             raise BadRequest(f"Pod: {e}") from e
-        return [{"Host": h, "Score": s} for h, s in zip(d.hosts, d.scores, strict=True)]
+        # Encoded by hand: json.dumps of 2,000 small dicts costs more than the policy.
+        pairs = zip(d.hosts, d.scores, strict=True)
+        items = ",".join([f'{{"Host":{_enc(h)},"Score":{sc}}}' for h, sc in pairs])
+        return _Raw(f"[{items}]".encode())
 
     def bind(self, body: Any) -> dict:
         if not self.allow_bind:
@@ -210,13 +233,7 @@ class ExtenderServer:
             full = body["NodeNameToVictims"]
             if not isinstance(full, dict):
                 raise BadRequest("NodeNameToVictims must be an object")
-            meta = {
-                node: {
-                    "Pods": [{"UID": (p.get("metadata") or {}).get("uid", "")} for p in v.get("Pods") or []],
-                    "NumPDBViolations": v.get("NumPDBViolations", 0),
-                }
-                for node, v in full.items()
-            }
+            meta = {node: _meta_victims(node, v) for node, v in full.items()}
         if meta is not None and not isinstance(meta, dict):
             raise BadRequest("NodeNameToMetaVictims must be an object")
         return {"NodeNameToMetaVictims": meta or {}}
@@ -227,16 +244,23 @@ class ExtenderServer:
             name = item["metadata"]["name"]
             if name not in cache.index:
                 try:
-                    node_from_json(item)
-                except ObjectError as e:
+                    # node_table raises for what the cluster model cannot hold (more than
+                    # MAX_GPUS_PER_NODE GPUs, capacities past int64), which would otherwise
+                    # fail the cache's rebuild after it had changed its node list.
+                    node_table([node_from_json(item)])
+                except (ValueError, OverflowError) as e:  # ObjectError is a ValueError
                     raise BadRequest(f"Nodes: {e}") from e
                 cache.upsert_node(item)
 
     _pending: dict[str, dict]
 
     def remember(self, pod: dict) -> None:
-        """Keep the pod JSON until its bind (local mode), bounded."""
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        """Keep the pod JSON until its bind (local mode only: without the bind verb nothing
+        would ever take it out again), bounded."""
+        meta = pod.get("metadata")
+        if not self.allow_bind or not isinstance(meta, dict):
+            return
+        uid = str(meta.get("uid") or "")
         if not uid:
             return
         self._pending[uid] = pod
@@ -290,7 +314,26 @@ def _make_handler(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def __getattr__(self, name: str) -> Any:
+            # Every method but GET and POST gets a 405 (the stdlib answers 501 Not Implemented).
+            if name.startswith("do_"):
+                return self._not_allowed
+            raise AttributeError(name)
+
+        def _not_allowed(self) -> None:
+            self._drain_quietly()
+            body = json.dumps({"Error": f"method {self.command} not allowed (GET or POST)"}).encode()
+            self.send_response(405)
+            self.send_header("Allow", "GET, POST")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            metrics.requests.labels(verb="unknown", code="405").inc()
+
         def do_GET(self) -> None:
+            self._drain_quietly()  # a body left unread would be taken for the next request
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 c = decider.cache
@@ -316,7 +359,7 @@ def _make_handler(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
             if path == "/admin/reload":
                 verb = "reload"
             if verb not in ("filter", "prioritize", "bind", "preempt", "reload"):
-                self._drain()
+                self._drain_quietly()
                 self._send(
                     404,
                     {
@@ -361,7 +404,7 @@ def _make_handler(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
             if isinstance(body, dict):
                 try:
                     names, _ = _names_and_nodes(body)
-                except BadRequest:
+                except Exception:  # the neutral answer must not fail in turn (no answer at all)
                     names = []
             if verb == "prioritize":
                 return [{"Host": n, "Score": 0} for n in names]
@@ -375,8 +418,12 @@ def _make_handler(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
                 }
             return {"Error": f"fedsched: internal error ({type(e).__name__})"}
 
-        def _drain(self) -> None:
-            n = self._length(allow_missing=True)
+        def _drain_quietly(self) -> None:
+            """Read and drop the body; a bad Content-Length closes the connection after the answer."""
+            try:
+                n = self._length(allow_missing=True)
+            except BadRequest:
+                return
             if n:
                 self.rfile.read(n)
 

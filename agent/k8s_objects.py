@@ -67,6 +67,15 @@ class ObjectError(ValueError):
     """A Kubernetes object this agent cannot read (the message names the field)."""
 
 
+MAX_AMOUNT = 2**50  # milli-CPU or MiB: far past any machine, and safe in int64 sums
+
+
+def _bounded(value: int | None, where: str) -> int:
+    if value is None or value > MAX_AMOUNT:
+        raise ObjectError(f"{where}: larger than any node could hold")
+    return int(value)
+
+
 def parse_quantity(value: Any, where: str = "quantity") -> float:
     """A Kubernetes resource.Quantity ("500m", "1.5Gi", "2", "1e3", or a bare number)."""
     if isinstance(value, bool):
@@ -173,8 +182,14 @@ def pod_from_json(pod: Any, models: tuple[str, ...] = (), index: int = -1) -> Po
     meta = _dict(pod.get("metadata"), "metadata")
     ann = _dict(meta.get("annotations"), "metadata.annotations")
     req = pod_requests(pod)
-    cpu = math.ceil(req.get("cpu", 0.0) * 1000 - 1e-9)
-    mem = math.ceil(req.get("memory", 0.0) / MIB - 1e-9)
+    cpu = _bounded(
+        math.ceil(req.get("cpu", 0.0) * 1000 - 1e-9) if req.get("cpu", 0.0) < MAX_AMOUNT else None,
+        "cpu request",
+    )
+    mem = _bounded(
+        math.ceil(req.get("memory", 0.0) / MIB - 1e-9) if req.get("memory", 0.0) < MAX_AMOUNT * MIB else None,
+        "memory request",
+    )
     whole = req.get(GPU_RESOURCE, 0.0)
     if whole != int(whole):
         raise ObjectError(f"resources[{GPU_RESOURCE}]: {whole} is not a whole number of GPUs")
@@ -238,8 +253,15 @@ def node_from_json(node: Any) -> NodeInfo:
         status.get("capacity"), "status.capacity"
     )
     labels = {str(k): str(v) for k, v in _dict(meta.get("labels"), "metadata.labels").items()}
-    cpu = math.floor(parse_quantity(alloc.get("cpu", 0), f"node {name}: allocatable.cpu") * 1000 + 1e-9)
-    mem = math.floor(parse_quantity(alloc.get("memory", 0), f"node {name}: allocatable.memory") / MIB + 1e-9)
+    cpu_q = parse_quantity(alloc.get("cpu", 0), f"node {name}: allocatable.cpu")
+    mem_q = parse_quantity(alloc.get("memory", 0), f"node {name}: allocatable.memory")
+    cpu = _bounded(
+        math.floor(cpu_q * 1000 + 1e-9) if cpu_q < MAX_AMOUNT else None, f"node {name}: allocatable.cpu"
+    )
+    mem = _bounded(
+        math.floor(mem_q / MIB + 1e-9) if mem_q < MAX_AMOUNT * MIB else None,
+        f"node {name}: allocatable.memory",
+    )
     gpu_q = alloc.get(GPU_RESOURCE, alloc.get(GPU_COUNT_ANNOTATION, 0))
     gpu = int(parse_quantity(gpu_q, f"node {name}: allocatable[{GPU_RESOURCE}]"))
     model = next((labels[k] for k in GPU_MODEL_LABELS if labels.get(k)), "unknown" if gpu else "")
