@@ -42,6 +42,7 @@ from fedsched.common.traces import load_nodes
 from .k8s_objects import NodeInfo, ObjectError, node_from_json, node_table, pod_from_json
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+EXCLUDE_LABEL = "fedsched.io/exclude"  # nodes labelled with it = "true" are not for the policy
 
 
 @dataclass
@@ -121,6 +122,7 @@ class ClusterCache:
             [not n.unschedulable and n.ready and n.cpu > 0 and n.mem > 0 for n in infos], dtype=bool
         )
         self.tainted = np.array([bool(n.no_schedule_taints) for n in infos], dtype=bool)
+        self.excluded = np.array([dict(n.labels).get(EXCLUDE_LABEL) == "true" for n in infos], dtype=bool)
         # A node without allocatable CPU or memory is no capacity at all: out of the cluster's
         # context features too (they divide by each node's capacity).
         self.state.alive[:] = [n.cpu > 0 and n.mem > 0 for n in infos]
@@ -210,6 +212,7 @@ class ClusterCache:
                         not info.unschedulable and info.ready and info.cpu > 0 and info.mem > 0
                     )
                     self.tainted[i] = bool(info.no_schedule_taints)
+                    self.excluded[i] = dict(info.labels).get(EXCLUDE_LABEL) == "true"
                     self.generation += 1
                     return
             self._set_nodes(infos)

@@ -48,7 +48,7 @@ from fedsched.common.schedulers.base import NonFiniteScores, Ranking, rank
 from fedsched.common.schedulers.kube_default import KubeDefault
 from fedsched.common.weight_policy import WEIGHT_TERMS, WeightScheduler
 
-from .cluster_cache import ClusterCache
+from .cluster_cache import EXCLUDE_LABEL, ClusterCache
 from .model_store import LoadedModel, ModelStore
 from .serving_metrics import ServingMetrics
 
@@ -56,7 +56,9 @@ log = logging.getLogger("fedsched.serve")
 
 MAX_EXTENDER_SCORE = 10
 MODES = ("active", "shadow")
-EXCLUDE_LABEL = "fedsched.io/exclude"
+# The safety filter's verdict per candidate (index into _REFUSAL_REASONS).
+_PASS, _UNKNOWN, _UNSCHEDULABLE, _EXCLUDED, _CPU, _MEMORY, _STALE = range(7)
+_REFUSAL_REASONS = ("", "unknown", "unschedulable", "excluded", "cpu", "memory", "stale")
 
 
 @dataclass
@@ -193,59 +195,78 @@ class Decider:
         s = self.cfg.safety
         now = time.time() if now is None else now
         cache = self.cache
-        failed: dict[str, str] = {}
-        stale: list[tuple[float, str]] = []
-        passed: list[str] = []
         with cache.lock:
             telemetry_up = cache.telemetry_up
-            for name in names:
-                i = cache.index.get(name)
-                if i is None:
-                    failed[name] = "fedsched: node unknown to the agent's cache"
-                    self.metrics.refused.labels(reason="unknown").inc()
-                    continue
-                info = cache.infos[i]
-                if not cache.schedulable[i]:
-                    why = (
-                        "cordoned"
-                        if info.unschedulable
-                        else "NotReady"
-                        if not info.ready
-                        else "without allocatable CPU or memory"
-                    )
-                    failed[name] = f"fedsched: node is {why}"
-                    self.metrics.refused.labels(reason="unschedulable").inc()
-                    continue
-                if dict(info.labels).get(EXCLUDE_LABEL) == "true":
-                    failed[name] = f"fedsched: node is labelled {EXCLUDE_LABEL}=true"
-                    self.metrics.refused.labels(reason="excluded").inc()
-                    continue
-                age = now - cache.usage_time[i] if cache.usage_time[i] > 0 else math.inf
-                fresh = age <= s.stale_after_s
-                cpu, mem = cache.cpu_ratio[i], cache.mem_ratio[i]
-                if fresh and cpu > s.cpu_threshold:
-                    failed[name] = f"fedsched: cpu utilisation {cpu:.2f} > {s.cpu_threshold:.2f} threshold"
-                    self.metrics.refused.labels(reason="cpu").inc()
-                    continue
-                if fresh and mem > s.mem_threshold:
-                    failed[name] = f"fedsched: memory utilisation {mem:.2f} > {s.mem_threshold:.2f} threshold"
-                    self.metrics.refused.labels(reason="memory").inc()
-                    continue
-                if not fresh and telemetry_up:
-                    stale.append((age, name))
-                passed.append(name)
-        if stale:
+            ids, pos = cache.lookup_positions(names)
+            codes = np.full(len(names), _UNKNOWN, dtype=np.int64)
+            age = np.where(cache.usage_time[ids] > 0, now - cache.usage_time[ids], np.inf)
+            fresh = age <= s.stale_after_s
+            cpu, mem = cache.cpu_ratio[ids], cache.mem_ratio[ids]
+            codes[pos] = np.select(
+                [
+                    ~cache.schedulable[ids],
+                    cache.excluded[ids],
+                    fresh & (cpu > s.cpu_threshold),
+                    fresh & (mem > s.mem_threshold),
+                    ~fresh & telemetry_up,
+                ],
+                [_UNSCHEDULABLE, _EXCLUDED, _CPU, _MEMORY, _STALE],
+                _PASS,
+            )
+            ages = np.full(len(names), np.inf)
+            ages[pos] = age
+            id_at = np.full(len(names), -1, dtype=np.int64)
+            id_at[pos] = ids
+            failing = np.flatnonzero((codes != _PASS) & (codes != _STALE) & (codes != _UNKNOWN))
+            details = {
+                int(k): (
+                    cache.infos[id_at[k]],
+                    float(cache.cpu_ratio[id_at[k]]),
+                    float(cache.mem_ratio[id_at[k]]),
+                )
+                for k in failing
+            }
+        stale = np.flatnonzero(codes == _STALE)
+        if len(stale):
             budget = math.floor(s.max_stale_share * len(names) + 1e-9)
-            refuse = {n for _, n in sorted(stale, reverse=True)[:budget]}
-            for age, name in stale:
-                if name in refuse:
-                    failed[name] = (
-                        "fedsched: no telemetry"
-                        if math.isinf(age)
-                        else f"fedsched: telemetry {age:.0f}s old (stale after {s.stale_after_s:.0f}s)"
-                    )
-                    self.metrics.refused.labels(reason="stale").inc()
-            passed = [n for n in passed if n not in refuse]
+            keep = stale[np.argsort(-ages[stale], kind="stable")][budget:]  # the freshest stale ones pass
+            codes[keep] = _PASS
+        failed: dict[str, str] = {}
+        for k in np.flatnonzero(codes != _PASS):
+            code, name = codes[k], names[k]
+            if code == _UNKNOWN:
+                failed[name] = "fedsched: node unknown to the agent's cache"
+            elif code == _UNSCHEDULABLE:
+                info = details[int(k)][0]
+                why = (
+                    "cordoned"
+                    if info.unschedulable
+                    else "NotReady"
+                    if not info.ready
+                    else "without allocatable CPU or memory"
+                )
+                failed[name] = f"fedsched: node is {why}"
+            elif code == _EXCLUDED:
+                failed[name] = f"fedsched: node is labelled {EXCLUDE_LABEL}=true"
+            elif code == _CPU:
+                failed[name] = (
+                    f"fedsched: cpu utilisation {details[int(k)][1]:.2f} > {s.cpu_threshold:.2f} threshold"
+                )
+            elif code == _MEMORY:
+                failed[name] = (
+                    f"fedsched: memory utilisation {details[int(k)][2]:.2f} > {s.mem_threshold:.2f} threshold"
+                )
+            else:
+                failed[name] = (
+                    "fedsched: no telemetry"
+                    if math.isinf(ages[k])
+                    else f"fedsched: telemetry {ages[k]:.0f}s old (stale after {s.stale_after_s:.0f}s)"
+                )
+        counts = np.bincount(codes, minlength=len(_REFUSAL_REASONS))
+        for code, reason in enumerate(_REFUSAL_REASONS):
+            if code != _PASS and counts[code]:
+                self.metrics.refused.labels(reason=reason).inc(int(counts[code]))
+        passed = [names[k] for k in np.flatnonzero(codes == _PASS)]
         return FilterAnswer(passed, failed, {})
 
     # ---- prioritize -------------------------------------------------------------------------

@@ -73,7 +73,7 @@ def _names_and_nodes(body: dict) -> tuple[list[str], list[dict] | None]:
         return out, items
     if names is None:
         return [], None
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+    if not isinstance(names, list) or not set(map(type, names)) <= {str}:
         raise BadRequest("NodeNames must be a list of strings")
     return list(names), None
 

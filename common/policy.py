@@ -116,7 +116,10 @@ class NodeScoringPolicy(nn.Module):
         return z @ w["head_out_w"][:, 0] + w["head_out_b"][0]
 
     def _numpy_weights(self) -> dict[str, np.ndarray]:
-        version = tuple(p._version for p in self.parameters())
+        params = getattr(self, "_np_params", None)
+        if params is None:  # listing parameters walks the modules: do it once
+            params = self._np_params = list(self.parameters())
+        version = tuple(p._version for p in params)
         cached = getattr(self, "_np_cache", None)
         if cached is None or cached[0] != version:
             w = {}
