@@ -22,7 +22,8 @@ Budget and fallback: the policy runs on a worker thread; if it raises, returns N
 answered when ``budget_ms`` (default 10 ms, from the request's arrival) is close, the answer is
 the kube-default score (LeastAllocated + BalancedAllocation, 0..200 mapped to 0..10) computed
 from the same cache, and ``fedsched_fallbacks_total{reason}`` counts it: error, nan, timeout,
-busy (an earlier call still holds the worker), no-feasible. Mode ``shadow`` always answers the
+busy (the request waited behind other calls past its budget, or more than ``MAX_QUEUED``
+were waiting), no-feasible. Mode ``shadow`` always answers the
 default scores and only logs and counts whether the policy would have picked the same node.
 
 Pods scheduled by another profile (``spec.schedulerName`` other than ``scheduler_name``) get
@@ -55,6 +56,7 @@ from .serving_metrics import ServingMetrics
 log = logging.getLogger("fedsched.serve")
 
 MAX_EXTENDER_SCORE = 10
+MAX_QUEUED = 4  # policy calls that may wait for the worker at once (more: fallback "busy")
 MODES = ("active", "shadow")
 # The safety filter's verdict per candidate (index into _REFUSAL_REASONS).
 _PASS, _UNKNOWN, _UNSCHEDULABLE, _EXCLUDED, _CPU, _MEMORY, _STALE = range(7)
@@ -158,7 +160,9 @@ class Decider:
         self.kube_default = KubeDefault()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedsched-policy")
         self.on_decision: list[Any] = []  # callables(pod_obj, Decision), e.g. the outcome log
-        self._busy = threading.Lock()
+        # Policy calls waiting or running on the worker: a request queues behind at most
+        # MAX_QUEUED others (each waits within its own budget); past that it falls back at once.
+        self._queued = threading.BoundedSemaphore(MAX_QUEUED)
         self.metrics.set_model(models.version, models.current.path)
         models.prepare = self.warm_up
         models.on_change = self._model_changed
@@ -335,21 +339,22 @@ class Decider:
                 r = rank(scheduler, cache.state, pod, self.rng, candidates=ids, feasible=feasible)
                 return r, getattr(scheduler, "last_features", None) if r.best >= 0 else None
 
-        if not self._busy.acquire(blocking=False):
+        if not self._queued.acquire(blocking=False):
             return None, None, "busy"
         try:
             fut: Future = self._pool.submit(call)
         except RuntimeError:  # pool shut down
-            self._busy.release()
+            self._queued.release()
             return None, None, "error"
-        fut.add_done_callback(lambda _f: self._busy.release())
+        fut.add_done_callback(lambda _f: self._queued.release())
         # Leave room for the fallback and the reply: measured about 1.4 ms at 1,213 nodes on the
         # 2-core test machine, so 1 ms plus 1.5 us per candidate.
         wait = self.cfg.budget_ms / 1000.0 - (time.perf_counter() - t0) - 0.001 - 1.5e-6 * len(ids)
         try:
             ranking, features = fut.result(timeout=max(wait, 0.0))
         except FutureTimeout:
-            return None, None, "timeout"
+            # Never started (queued behind a slow call): busy; started but not done: timeout.
+            return None, None, "busy" if fut.cancel() else "timeout"
         except NonFiniteScores:
             return None, None, "nan"
         except Exception as e:
@@ -401,11 +406,11 @@ class Decider:
                 w, _ = scheduler.weights(cache.state, pod, feasible)
                 return w
 
-        if not self._busy.acquire(blocking=False):
+        if not self._queued.acquire(blocking=False):
             self.metrics.fallbacks.labels(reason="busy", model_version=model.version).inc()
             return default, model.version, "busy"
         fut = self._pool.submit(call)
-        fut.add_done_callback(lambda _f: self._busy.release())
+        fut.add_done_callback(lambda _f: self._queued.release())
         wait = self.cfg.budget_ms / 1000.0 - (time.perf_counter() - t0) - 0.0005
         reason = ""
         try:
@@ -413,7 +418,7 @@ class Decider:
             if not np.isfinite(w).all():
                 reason = "nan"
         except FutureTimeout:
-            reason = "timeout"
+            reason = "busy" if fut.cancel() else "timeout"
         except LookupError:
             reason = "no-feasible"
         except Exception as e:
