@@ -5,8 +5,13 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +93,36 @@ def metric(text: str, name: str, **labels: str) -> float:
             if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
                 total += s.value
     return total
+
+
+@dataclass
+class ServeProcess:
+    """A running ``fedsched serve`` process (see :func:`serve_process`)."""
+
+    proc: subprocess.Popen
+    url: str = ""  # the verbs' URL prefix, e.g. http://127.0.0.1:PORT/scheduler
+    base: str = ""  # the server's root (for /metrics, /readyz)
+    stderr: str = ""  # the process's logs, after it stopped
+
+
+@contextlib.contextmanager
+def serve_process(*args: str) -> Iterator[ServeProcess]:
+    """Run ``fedsched serve ARGS`` until it listens; SIGTERM it on exit (its logs in ``stderr``)."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedsched.common.cli", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "PYTHONUNBUFFERED": "1"},
+    )
+    sp = ServeProcess(proc)
+    try:
+        line = proc.stdout.readline()
+        assert "listening on" in line, proc.stderr.read() if proc.poll() is not None else line
+        sp.url = line.split("listening on ")[1].split()[0]
+        sp.base = sp.url.rsplit("/scheduler", 1)[0]
+        yield sp
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, sp.stderr = proc.communicate(timeout=30)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -16,6 +14,8 @@ from fedsched.agent.decision_log import DecisionLog
 from fedsched.agent.k8s_objects import pod_to_json
 from fedsched.common.cluster import Pod
 from fedsched.common.traces import builtin_trace
+
+from .extender_support import serve_process
 
 NODES = str(builtin_trace("openb_node_list_gpu_node.csv"))
 
@@ -59,35 +59,20 @@ def test_serve_local_mode_from_a_config_file_and_stop_cleanly(tmp_path):
         f"policy: learned\ncluster-csv: {NODES}\ninsecure: true\nport: 0\nhost: 127.0.0.1\n"
         f"budget-ms: 50\ndecision-log: {tmp_path / 'log'}\noutcome-horizon: 3600\n"
     )
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fedsched.common.cli", "serve", "--config", str(cfg), "--log-format", "json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        line = proc.stdout.readline()
-        assert "listening on" in line, proc.stderr.read() if proc.poll() is not None else line
-        url = line.split("listening on ")[1].split()[0]
-        base = url.rsplit("/scheduler", 1)[0]
-        with urllib.request.urlopen(base + "/readyz", timeout=10) as r:
+    with serve_process("--config", str(cfg), "--log-format", "json") as sp:
+        with urllib.request.urlopen(sp.base + "/readyz", timeout=10) as r:
             assert r.status == 200
         pod = pod_to_json(Pod(-1, 1000, 1024, 0, 0, 0, 1), "p", uid="u1")
         body = json.dumps({"Pod": pod, "NodeNames": ["openb-node-0000", "openb-node-0001"]}).encode()
-        req = urllib.request.Request(url + "/prioritize", body, {"Content-Type": "application/json"})
+        req = urllib.request.Request(sp.url + "/prioritize", body, {"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=10) as r:
             out = json.loads(r.read())
         host = max(out, key=lambda h: h["Score"])["Host"]
         bind = json.dumps({"PodName": "p", "PodNamespace": "d", "PodUID": "u1", "Node": host}).encode()
-        with urllib.request.urlopen(urllib.request.Request(url + "/bind", bind), timeout=10) as r:
+        with urllib.request.urlopen(urllib.request.Request(sp.url + "/bind", bind), timeout=10) as r:
             assert json.loads(r.read()) == {"Error": ""}
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    logs = [json.loads(x) for x in err.splitlines() if x.startswith("{")]
+    assert sp.proc.returncode == 0, sp.stderr
+    logs = [json.loads(x) for x in sp.stderr.splitlines() if x.startswith("{")]
     assert logs and all(x["model_version"] not in ("", "-") for x in logs)
     assert any("shutting down" in x["msg"] for x in logs)
     # the bound decision was written at shutdown with the outcome seen so far: nothing lost

@@ -8,16 +8,13 @@ as it would reach a real one.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import ssl
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 from fedsched.common import certs
 
+from .extender_support import serve_process
 from .k8s_api_stub_server import KubeAPIStub
 from .prometheus_support import wait_for
 from .test_k8s_watch import write_kubeconfig
@@ -48,38 +45,11 @@ def test_cluster_mode_follows_the_api_server_over_mutual_tls(tmp_path: Path):
 
     with KubeAPIStub(nodes, pods) as api:
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
-        env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fedsched.common.cli",
-                "serve",
-                "--policy",
-                "learned",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--tls-cert",
-                str(srv.files.cert),
-                "--tls-key",
-                str(srv.files.key),
-                "--client-ca",
-                str(ca),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**env, "PYTHONUNBUFFERED": "1"},
-        )
-        try:
-            line = proc.stdout.readline()
-            assert "listening on https://" in line, proc.stderr.read() if proc.poll() is not None else line
-            url = line.split("listening on ")[1].split()[0]
-            base = url.rsplit("/scheduler", 1)[0]
+        with serve_process(
+            "--policy", "learned", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", "0",
+            "--tls-cert", str(srv.files.cert), "--tls-key", str(srv.files.key), "--client-ca", str(ca),
+        ) as sp:
+            base = sp.base
             wait_for(lambda: call("/readyz")[0] == 200, 30, 0.2, "the cache synced from the API server")
             pod = next(
                 p for p in pods if p["metadata"]["name"].startswith("llama-finetune")
@@ -109,7 +79,4 @@ def test_cluster_mode_follows_the_api_server_over_mutual_tls(tmp_path: Path):
             wait_for(picks_v100, 20, 0.2, "the freed node to win")
             status, text = call("/metrics")
             assert status == 200 and "fedsched_cache_pods 6.0" in text
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+    assert sp.proc.returncode == 0, sp.stderr

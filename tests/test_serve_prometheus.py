@@ -8,10 +8,6 @@ seconds, the only change), and the agent process reads them with its production 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -20,7 +16,7 @@ import pytest
 from fedsched.agent.k8s_objects import pod_to_json
 from fedsched.common.cluster import Pod
 
-from .extender_support import metric
+from .extender_support import metric, serve_process
 from .prometheus_support import (
     PROMETHEUS,
     RULES_FILE,
@@ -61,70 +57,39 @@ def test_hot_nodes_are_refused_from_live_telemetry_and_prometheus_down_is_surviv
         sim.set("node-b", cpu=0.97)
         with running_prometheus(
             tmp_path / "prom", [sim.scrape_config()], rules_with_window(RULES_FILE.read_text(), "5s")
-        ) as prom:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "fedsched.common.cli",
-                    "serve",
-                    "--policy",
-                    "learned",
-                    "--cluster-csv",
-                    str(csv),
-                    "--insecure",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                    "--prometheus",
-                    prom.url,
-                    "--telemetry-interval",
-                    "0.5",
-                    "--stale-after",
-                    "30",
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        ) as prom, serve_process(
+            "--policy", "learned", "--cluster-csv", str(csv), "--insecure", "--host", "127.0.0.1",
+            "--port", "0", "--prometheus", prom.url, "--telemetry-interval", "0.5", "--stale-after", "30",
+        ) as sp:
+            url, base = sp.url, sp.base
+            pod = pod_to_json(Pod(-1, 500, 512, 0, 0, 0, 1), "p", uid="u")
+
+            def refused() -> dict | None:
+                out = _post(url + "/filter", {"Pod": pod, "NodeNames": NAMES})
+                return out if set(out["FailedNodes"]) == {"node-b"} else None
+
+            out = wait_for(refused, 40, 0.5, "node-b refused for its CPU use")
+            assert (
+                out["NodeNames"] == ["node-a", "node-c"]
+                and "cpu utilisation 0.9" in out["FailedNodes"]["node-b"]
             )
-            try:
-                line = proc.stdout.readline()
-                assert "listening on" in line, proc.stderr.read() if proc.poll() is not None else line
-                url = line.split("listening on ")[1].split()[0]
-                base = url.rsplit("/scheduler", 1)[0]
-                pod = pod_to_json(Pod(-1, 500, 512, 0, 0, 0, 1), "p", uid="u")
-
-                def refused() -> dict | None:
-                    out = _post(url + "/filter", {"Pod": pod, "NodeNames": NAMES})
-                    return out if set(out["FailedNodes"]) == {"node-b"} else None
-
-                out = wait_for(refused, 40, 0.5, "node-b refused for its CPU use")
-                assert (
-                    out["NodeNames"] == ["node-a", "node-c"]
-                    and "cpu utilisation 0.9" in out["FailedNodes"]["node-b"]
-                )
-                assert metric(_get(base + "/metrics")[1], "fedsched_telemetry_up") == 1
-                sim.set("node-b", cpu=0.2)  # it cools down: admitted again
-                wait_for(
-                    lambda: _post(url + "/filter", {"Pod": pod, "NodeNames": NAMES})["NodeNames"] == NAMES,
-                    40,
-                    0.5,
-                    "node-b admitted again",
-                )
-                prom.stop()  # Prometheus goes away: the agent keeps answering, on requests alone
-                wait_for(
-                    lambda: metric(_get(base + "/metrics")[1], "fedsched_telemetry_up") == 0,
-                    20,
-                    0.5,
-                    "telemetry_up = 0",
-                )
-                out = _post(url + "/prioritize", {"Pod": pod, "NodeNames": NAMES})
-                assert [h["Host"] for h in out] == NAMES and max(h["Score"] for h in out) == 10
-                assert _post(url + "/filter", {"Pod": pod, "NodeNames": NAMES})["NodeNames"] == NAMES
-                assert _get(base + "/readyz")[0] == 200
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+            assert metric(_get(base + "/metrics")[1], "fedsched_telemetry_up") == 1
+            sim.set("node-b", cpu=0.2)  # it cools down: admitted again
+            wait_for(
+                lambda: _post(url + "/filter", {"Pod": pod, "NodeNames": NAMES})["NodeNames"] == NAMES,
+                40,
+                0.5,
+                "node-b admitted again",
+            )
+            prom.stop()  # Prometheus goes away: the agent keeps answering, on requests alone
+            wait_for(
+                lambda: metric(_get(base + "/metrics")[1], "fedsched_telemetry_up") == 0,
+                20,
+                0.5,
+                "telemetry_up = 0",
+            )
+            out = _post(url + "/prioritize", {"Pod": pod, "NodeNames": NAMES})
+            assert [h["Host"] for h in out] == NAMES and max(h["Score"] for h in out) == 10
+            assert _post(url + "/filter", {"Pod": pod, "NodeNames": NAMES})["NodeNames"] == NAMES
+            assert _get(base + "/readyz")[0] == 200
+    assert sp.proc.returncode == 0, sp.stderr
