@@ -113,8 +113,9 @@ class ClusterCache:
         return cls.from_table(load_nodes(path), **kw)
 
     def _set_nodes(self, infos: list[NodeInfo], table: NodeTable | None = None) -> None:
+        table = table if table is not None else node_table(infos)  # may raise: before any change
         self.infos = infos
-        self.table = table if table is not None else node_table(infos)
+        self.table = table
         self.index = {n.name: i for i, n in enumerate(infos)}
         self.state = ClusterState(self.table)
         # A node reporting no allocatable CPU or memory cannot run pods (and would divide by zero).

@@ -32,6 +32,7 @@ import logging
 import ssl
 import threading
 import time
+from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from json.encoder import encode_basestring_ascii as _enc
 from pathlib import Path
@@ -128,7 +129,7 @@ class ExtenderServer:
         self.port = self.httpd.server_address[1]
         self.host = host
         self._thread: threading.Thread | None = None
-        self.bind_log: list[tuple[str, str]] = []  # (pod uid, node) bound by the bind verb
+        self.bind_log: deque[tuple[str, str]] = deque(maxlen=10_000)  # (pod uid, node), newest binds
 
     @property
     def url(self) -> str:
@@ -200,9 +201,10 @@ class ExtenderServer:
         for k in ("PodName", "PodNamespace", "PodUID", "Node"):
             if not isinstance(body.get(k), str):
                 raise BadRequest(f"{k} is missing or not a string")
-        pod_obj = self._pending.pop(body["PodUID"], None)
-        if pod_obj is None:
+        raw = self._pending.pop(body["PodUID"], None)
+        if raw is None:
             return {"Error": f"fedsched: pod {body['PodUID']} was not seen in filter or prioritize"}
+        pod_obj = json.loads(raw)
         cache = self.decider.cache
         try:
             pod = pod_from_json(pod_obj, cache.table.models)
@@ -252,7 +254,7 @@ class ExtenderServer:
                     raise BadRequest(f"Nodes: {e}") from e
                 cache.upsert_node(item)
 
-    _pending: dict[str, dict]
+    _pending: dict[str, bytes]
 
     def remember(self, pod: dict) -> None:
         """Keep the pod JSON until its bind (local mode only: without the bind verb nothing
@@ -263,7 +265,9 @@ class ExtenderServer:
         uid = str(meta.get("uid") or "")
         if not uid:
             return
-        self._pending[uid] = pod
+        # As bytes: a hundred thousand parsed pods are millions of objects for the garbage
+        # collector to walk on every full pass (multi-millisecond pauses).
+        self._pending[uid] = json.dumps(pod, separators=(",", ":")).encode()
         if len(self._pending) > 100_000:
             self._pending.pop(next(iter(self._pending)))
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsched.common.cluster import MILLI_PER_GPU, QOS_ALIASES, QOS_CLASSES, NodeTable, Pod
+from fedsched.common.cluster import MAX_GPUS_PER_NODE, MILLI_PER_GPU, QOS_ALIASES, QOS_CLASSES, NodeTable, Pod
 from fedsched.common.traces import DEFAULT_DISK_IO_MBPS, DEFAULT_NET_MBPS
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -264,6 +264,11 @@ def node_from_json(node: Any) -> NodeInfo:
     )
     gpu_q = alloc.get(GPU_RESOURCE, alloc.get(GPU_COUNT_ANNOTATION, 0))
     gpu = int(parse_quantity(gpu_q, f"node {name}: allocatable[{GPU_RESOURCE}]"))
+    if gpu > MAX_GPUS_PER_NODE:
+        raise ObjectError(
+            f"node {name}: {gpu} GPUs; fedsched's cluster model holds at most {MAX_GPUS_PER_NODE} "
+            "per node (the openb trace's largest), so this node is left out"
+        )
     model = next((labels[k] for k in GPU_MODEL_LABELS if labels.get(k)), "unknown" if gpu else "")
     spec = _dict(node.get("spec"), "spec")
     taints = tuple(

@@ -142,3 +142,19 @@ def test_telemetry_sets_real_use_trend_and_overload(objects):
     assert tel.overloaded[a] and tel.overload_count[a] == 1 and tel.cpu_trend[a] > 0
     cache.apply_telemetry(snapshot({}, up=False))  # Prometheus down: the last values stay, flagged
     assert not cache.telemetry_up and cache.cpu_ratio[a] == 0.95
+
+
+def test_a_node_the_model_cannot_hold_is_left_out_and_the_cache_stays_whole(objects):
+    nodes, pods = objects
+    cache = ClusterCache()
+    cache.replace_all(nodes, pods)
+    dgx2 = copy.deepcopy(next(n for n in nodes if n["metadata"]["name"] == "gpu-v100-0"))
+    dgx2["metadata"]["name"] = "dgx2"
+    dgx2["status"]["allocatable"]["nvidia.com/gpu"] = "16"
+    cache.upsert_node(dgx2)
+    assert "dgx2" not in cache.index and cache.rejected_objects == 1
+    assert len(cache.infos) == len(cache.table) == len(cache.index) == 6
+    more = copy.deepcopy(nodes[0])
+    more["metadata"]["name"] = "cpu-node-z"
+    cache.upsert_node(more)  # later nodes still arrive
+    assert "cpu-node-z" in cache.index and len(cache.table) == 7

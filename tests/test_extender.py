@@ -90,7 +90,7 @@ def test_bind_and_preempt_payloads():
         assert status == 200 and out["Error"].startswith("fedsched:")
         status, out = c.post("preempt", payload("07-preempt-request.nodecache.json"))
         assert (status, out) == (200, payload("08-preempt-response.json"))
-        assert server.bind_log == [("6f1e9a52-3c1d-4c47-9a3e-2b8f1f0c7d11", "node-c")]
+        assert list(server.bind_log) == [("6f1e9a52-3c1d-4c47-9a3e-2b8f1f0c7d11", "node-c")]
 
 
 def test_upstream_golden_types_decode():
