@@ -165,11 +165,9 @@ class ClusterCache:
     def lookup_positions(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(node ids of the known names, their positions in ``names``)."""
         get = self.index.get
-        found = [(i, k) for k, i in enumerate(map(get, names)) if i is not None]
-        if not found:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        arr = np.array(found, dtype=np.int64)
-        return arr[:, 0], arr[:, 1]
+        at = np.array([get(n, -1) for n in names], dtype=np.int64)
+        pos = np.flatnonzero(at >= 0)
+        return at[pos], pos
 
     def pod(self, obj: dict) -> Pod:
         return pod_from_json(obj, self.table.models)

@@ -129,6 +129,7 @@ class ExtenderServer:
         self.port = self.httpd.server_address[1]
         self.host = host
         self._thread: threading.Thread | None = None
+        self._host_prefix: dict[str, str] = {}  # node name -> '{"Host":"name","Score":'
         self.bind_log: deque[tuple[str, str]] = deque(maxlen=10_000)  # (pod uid, node), newest binds
 
     @property
@@ -189,9 +190,16 @@ class ExtenderServer:
         except ObjectError as e:
             raise BadRequest(f"Pod: {e}") from e
         # Encoded by hand: json.dumps of 2,000 small dicts costs more than the policy.
-        pairs = zip(d.hosts, d.scores, strict=True)
-        items = ",".join([f'{{"Host":{_enc(h)},"Score":{sc}}}' for h, sc in pairs])
-        return _Raw(f"[{items}]".encode())
+        prefix = self._host_prefix
+        if len(prefix) > 4 * len(self.decider.cache.index) + 10_000:
+            prefix.clear()  # names the cache does not know (bounded)
+        parts = []
+        for h, sc in zip(d.hosts, d.scores, strict=True):
+            p = prefix.get(h)
+            if p is None:
+                p = prefix[h] = '{"Host":' + _enc(h) + ',"Score":'
+            parts.append(p + str(sc) + "}")
+        return _Raw(("[" + ",".join(parts) + "]").encode())
 
     def bind(self, body: Any) -> dict:
         if not self.allow_bind:
