@@ -25,9 +25,11 @@ import logging
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .decider import Decider
 
 OPTIONS: dict[str, tuple[type, Any, str]] = {
     "policy": (str, None, "checkpoint (*.pt) or shipped policy name (learned, learned-td3)"),
@@ -155,8 +157,9 @@ def setup_logging(fmt: str, level: str, version: Any) -> None:
     root.propagate = False
 
 
-def build_agent(opts: dict[str, Any]):
-    """(decider, cache, the background parts to start/stop) from resolved options."""
+def build_agent(opts: dict[str, Any]) -> Decider:
+    """The decider (its cache, models and metrics) from resolved options; :func:`run` starts the
+    background parts (watches, telemetry, outcome log, policy watch) around it."""
     from .cluster_cache import ClusterCache
     from .decider import Decider, DeciderConfig, SafetyConfig
     from .model_store import ModelStore
@@ -278,5 +281,4 @@ def run(args: argparse.Namespace) -> int:
     for s in reversed(stoppers):
         s()
     decider.close()
-    time.sleep(0)
     return 0
