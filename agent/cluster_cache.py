@@ -153,14 +153,9 @@ class ClusterCache:
     # ---- lookups ----------------------------------------------------------------------------
     def lookup(self, names: list[str]) -> tuple[np.ndarray, list[str]]:
         """(node ids of the known names, in order; the unknown names)."""
-        ids, unknown = [], []
-        for n in names:
-            i = self.index.get(n)
-            if i is None:
-                unknown.append(n)
-            else:
-                ids.append(i)
-        return np.array(ids, dtype=np.int64), unknown
+        ids, pos = self.lookup_positions(names)
+        known = set(pos.tolist())
+        return ids, [n for k, n in enumerate(names) if k not in known]
 
     def lookup_positions(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(node ids of the known names, their positions in ``names``)."""

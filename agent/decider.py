@@ -128,11 +128,21 @@ def _neutral_pod(obj: dict, scheduler_name: str | None) -> bool:
     return spec.get("schedulerName", "default-scheduler") != scheduler_name
 
 
-def to_extender_scores(scores: np.ndarray, pick: int) -> np.ndarray:
-    """0..10 integers: 10 for ``pick``, a linear map of the rest onto 0..9."""
+def to_extender_scores(scores: np.ndarray, pick: int, top: int = MAX_EXTENDER_SCORE) -> np.ndarray:
+    """Integers in 0..``top``: ``top`` for ``pick``, a linear map of the rest onto 0..top-1
+    (``top`` = 10 for the extender, 100 for a Score plugin over gRPC)."""
     out = np.zeros(len(scores), dtype=np.int64)
     if not len(scores):
         return out
+    lo, hi = float(scores.min()), float(scores.max())
+    if hi > lo:
+        out[:] = np.floor((scores - lo) / (hi - lo) * (top - 1) + 1e-9).astype(np.int64)
+    else:
+        out[:] = top - 1
+    out = np.clip(out, 0, top - 1)
+    if pick >= 0:
+        out[pick] = top
+    return out
     lo, hi = float(scores.min()), float(scores.max())
     if hi > lo:
         out[:] = np.floor((scores - lo) / (hi - lo) * (MAX_EXTENDER_SCORE - 1) + 1e-9).astype(np.int64)
@@ -191,6 +201,15 @@ class Decider:
                 rank(model.scheduler, cache.state, pod, np.random.default_rng(0), candidates=ids)
             except Exception as e:  # a broken model shows in the first request's fallback
                 log.warning("warm-up of model %s failed: %s", model.version, e)
+
+    def ready(self) -> tuple[bool, str]:
+        """(ready, why): the cache is synced and knows a node (/readyz and gRPC health)."""
+        cache = self.cache
+        if not cache.synced:
+            return False, "cluster cache not synced yet"
+        if not len(cache.index):
+            return False, "no nodes in the cluster cache"
+        return True, f"ready: {len(cache.index)} nodes, model {self.models.version}"
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -408,7 +427,7 @@ class Decider:
                 "not a weight policy: start with --weights-policy"
             )
         cache = self.cache
-        ids, _ = cache.lookup(names)
+        ids, _ = cache.lookup_positions(names)
         scheduler = model.scheduler
 
         def call() -> np.ndarray:

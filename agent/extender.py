@@ -279,14 +279,6 @@ class ExtenderServer:
         if len(self._pending) > 100_000:
             self._pending.pop(next(iter(self._pending)))
 
-    def ready(self) -> tuple[bool, str]:
-        cache = self.decider.cache
-        if not cache.synced:
-            return False, "cluster cache not synced yet"
-        if not len(cache.index):
-            return False, "no nodes in the cluster cache"
-        return True, f"ready: {len(cache.index)} nodes, model {self.decider.models.version}"
-
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -355,7 +347,7 @@ def _make_handler(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
             elif path == "/healthz":
                 self._send(200, b"ok\n", "text/plain")
             elif path == "/readyz":
-                ok, msg = server.ready()
+                ok, msg = decider.ready()
                 self._send(200 if ok else 503, (msg + "\n").encode(), "text/plain")
             elif path == "/openapi.json":
                 self._send(200, openapi(prefix))
@@ -461,7 +453,7 @@ def _make_handler(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
             n = self._length()
             raw = self.rfile.read(n)
             try:
-                body = json.loads(raw, parse_constant=_reject_constant)
+                body = json.loads(raw, parse_constant=reject_constant)
             except (ValueError, UnicodeDecodeError, RecursionError) as e:
                 raise BadRequest(f"body is not valid JSON ({e})") from None
             self._last_body = body
@@ -470,7 +462,8 @@ def _make_handler(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _reject_constant(name: str) -> float:
+def reject_constant(name: str) -> float:
+    """``json.loads(..., parse_constant=)``: NaN and Infinity are not JSON."""
     raise ValueError(f"{name} is not JSON")
 
 

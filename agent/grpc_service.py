@@ -60,14 +60,14 @@ from os import PathLike
 from typing import Any
 
 import grpc
-import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from fedsched.common.cluster import MILLI_PER_GPU, QOS_CLASSES, Pod
 from fedsched.common.proto import decision_pb2, decision_pb2_grpc
 from fedsched.common.weight_policy import WEIGHT_TERMS
 
-from .decider import Decider, Decision
+from .decider import Decider, Decision, to_extender_scores
+from .extender import reject_constant
 from .k8s_objects import (
     GPU_COUNT_ANNOTATION,
     GPU_MILLI_ANNOTATION,
@@ -179,10 +179,6 @@ def pod_spec_from_pod(
     )
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _pod_object(request: Any) -> dict:
     """The request's pod as a v1.Pod object (raises :class:`_Refused`)."""
     which = request.WhichOneof("pod")
@@ -194,7 +190,7 @@ def _pod_object(request: Any) -> dict:
         except ObjectError as e:
             raise _bad(f"pod: {e}") from None
     try:
-        obj = json.loads(request.pod_json, parse_constant=_reject_constant)
+        obj = json.loads(request.pod_json, parse_constant=reject_constant)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise _bad(f"pod_json is not valid JSON ({e})") from None
     if not isinstance(obj, dict) or not obj:
@@ -213,24 +209,6 @@ def _names(request: Any) -> list[str]:
 # ---- scores -------------------------------------------------------------------------------------
 
 
-def to_plugin_scores(scores: np.ndarray, pick: int) -> np.ndarray:
-    """0..100 integers: 100 for ``pick``, a linear map of the rest onto 0..99 (the extender's
-    :func:`~fedsched.agent.decider.to_extender_scores` at a finer resolution)."""
-    out = np.zeros(len(scores), dtype=np.int64)
-    if not len(scores):
-        return out
-    lo, hi = float(scores.min()), float(scores.max())
-    top = MAX_NODE_SCORE - 1
-    if hi > lo:
-        out[:] = np.floor((scores - lo) / (hi - lo) * top + 1e-9).astype(np.int64)
-    else:
-        out[:] = top
-    out = np.clip(out, 0, top)
-    if pick >= 0:
-        out[pick] = MAX_NODE_SCORE
-    return out
-
-
 def decision_scores(d: Decision, table_names: Sequence[str]) -> list[int]:
     """The 0..100 scores of one decision, in ``d.hosts`` order (see the module doc)."""
     scaled = [int(s) * (MAX_NODE_SCORE // 10) for s in d.scores]
@@ -245,22 +223,12 @@ def decision_scores(d: Decision, table_names: Sequence[str]) -> list[int]:
     if hosts[r.best] != d.chosen or any(h not in pos for h in hosts):
         return scaled
     out = [0] * len(d.hosts)
-    for h, s in zip(hosts, to_plugin_scores(r.scores, r.best), strict=True):
+    for h, s in zip(hosts, to_extender_scores(r.scores, r.best, MAX_NODE_SCORE), strict=True):
         out[pos[h]] = int(s)
     return out
 
 
 # ---- the servicer -------------------------------------------------------------------------------
-
-
-def cache_ready(decider: Decider) -> tuple[bool, str]:
-    """(ready, why): the cache is synced and knows at least one node (the extender's /readyz)."""
-    cache = decider.cache
-    if not cache.synced:
-        return False, "cluster cache not synced yet"
-    if not len(cache.index):
-        return False, "no nodes in the cluster cache"
-    return True, f"ready: {len(cache.index)} nodes, model {decider.models.version}"
 
 
 class DecisionServicer(decision_pb2_grpc.DecisionServiceServicer):
@@ -448,7 +416,7 @@ class DecisionServer(grpc.Server):
     def _watch(self, interval_s: float) -> None:
         last: int | None = None
         while True:
-            ok, _ = cache_ready(self.servicer.decider)
+            ok, _ = self.servicer.decider.ready()
             status = HEALTH.SERVING if ok else HEALTH.NOT_SERVING
             if status != last and not self._stopped.is_set():
                 for name in ("", SERVICE_NAME):
