@@ -29,6 +29,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -159,8 +160,7 @@ class ClusterCache:
 
     def lookup_positions(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(node ids of the known names, their positions in ``names``)."""
-        get = self.index.get
-        at = np.array([get(n, -1) for n in names], dtype=np.int64)
+        at = np.fromiter(map(self.index.get, names, repeat(-1)), dtype=np.int64, count=len(names))
         pos = np.flatnonzero(at >= 0)
         return at[pos], pos
 

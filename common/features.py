@@ -154,8 +154,10 @@ class FeatureBuilder:
             (nt.net[nodes] - state.net_req[nodes] - pod.net) / np.maximum(nt.net[nodes], 1.0),
             same / n_tagged, (tags.sum(axis=1) - same) / n_tagged,
         ]
-        node_feats = np.stack(cols, axis=1).astype(np.float32)
-        alive = state.alive
+        node_feats = np.ascontiguousarray(np.array(cols, dtype=np.float32).T)
+        # All nodes are alive outside the simulator's node churn: a view then, not a copy.
+        alive = slice(None) if state.alive.all() else state.alive
+        n_alive = len(nt) if isinstance(alive, slice) else int(alive.sum())
         u = state.cpu_used[alive] / nt.cpu[alive]
         gpu_total = float(nt.gpu[alive].sum()) * MILLI_PER_GPU
         gpu_idle = float(state.gpu_free[alive].sum())
@@ -168,8 +170,8 @@ class FeatureBuilder:
             state.mem_req[alive].sum() / max(nt.mem[alive].sum(), 1),
             (gpu_total - gpu_idle) / gpu_total if gpu_total else 0.0,
             frag_rate, float(u.mean()) if len(u) else 0.0, float(u.std()) if len(u) else 0.0,
-            np.log1p(tel.queue_len), (n_feasible if n_feasible is not None else k) / max(int(alive.sum()), 1),
-            np.log(max(int(alive.sum()), 1)) / 10.0,
+            np.log1p(tel.queue_len), (n_feasible if n_feasible is not None else k) / max(n_alive, 1),
+            np.log(max(n_alive, 1)) / 10.0,
         ], dtype=np.float32)
         return Features(node_feats, self.pod_features(pod), context)
 

@@ -93,12 +93,13 @@ class FragmentationModel:
 
     def gpu_parts(self, gpu_left: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(idle[K], cnt[K, J], tot[K, J]): per share threshold ``J``, how many GPUs have at
-        least that free share and how much they hold together."""
+        least that free share and how much they hold together (``tot`` whole numbers in float64,
+        so that :meth:`frag_from_parts` multiplies in BLAS)."""
         idle = gpu_left.sum(axis=1).astype(np.float64)
         # A loop over the (at most 8) GPU slots of [K, J] arrays beats reducing [K, G, J].
         thr = self.thresholds[None, :]
         cnt = np.zeros((len(gpu_left), len(self.thresholds)), dtype=np.int64)
-        tot = np.zeros_like(cnt)
+        tot = np.zeros(cnt.shape)
         for g in range(gpu_left.shape[1]):
             col = gpu_left[:, g:g + 1]
             if not col.any():
@@ -114,7 +115,7 @@ class FragmentationModel:
             return idle
         cnt_ge = cnt[:, self.class_threshold]  # [K, C]
         sum_ge = tot[:, self.class_threshold]
-        fits = (cnt_ge >= self.num) & (cpu_left[:, None] >= self.cpu) & self.type_ok[model + 1]
+        fits = (cnt_ge >= self.num) & (cpu_left[:, None] >= self.cpu) & self.type_ok.take(model + 1, axis=0)
         return idle - (fits * sum_ge) @ self.freq
 
 
@@ -150,7 +151,7 @@ class NodeFragCache:
             self._version = np.full(n, -1, dtype=np.int64)
             j = len(self.fm.thresholds)
             self._idle, self._f = np.zeros(n), np.zeros(n)
-            self._cnt, self._tot = np.zeros((n, j), np.int64), np.zeros((n, j), np.int64)
+            self._cnt, self._tot = np.zeros((n, j), np.int64), np.zeros((n, j))
         stale = nodes[self._version[nodes] != state.version[nodes]]
         if len(stale):
             idle, cnt, tot = self.fm.gpu_parts(state.gpu_free[stale])
@@ -192,10 +193,11 @@ def placement_deltas(fm: FragmentationModel, cpu_left: np.ndarray, free: np.ndar
         after = fm.frag_from_parts(idle - take, cnt - num_gpu, tot - take, cpu_after, model)
         rows = np.arange(len(free))
         return rows, np.full(len(free), -1), _exact(before - after), before
-    g = free.shape[1]
-    earlier_equal = np.tril(np.ones((g, g), dtype=bool), k=-1)  # [i, j]: j < i
-    dup = ((free[:, :, None] == free[:, None, :]) & earlier_equal[None]).any(axis=2)
-    rows, gpus = np.nonzero((free >= gpu_milli) & ~dup)  # row-major: node order, then GPU index
+    rows, gpus = np.nonzero(free >= gpu_milli)  # row-major: node order, then GPU index
+    # Keep the first GPU of each (node, free share): unique's stable sort gives the first index.
+    _, first = np.unique(rows * (MILLI_PER_GPU + 1) + free[rows, gpus], return_index=True)
+    first.sort()
+    rows, gpus = rows[first], gpus[first]
     # GPU (row, gpu) goes from share f to f - q: it leaves the thresholds in (f - q, f].
     f = free[rows, gpus][:, None]
     was, now = f >= thr, (f - gpu_milli) >= thr
@@ -214,6 +216,8 @@ def _exact(delta: np.ndarray) -> np.ndarray:
 def best_per_node(n: int, rows: np.ndarray, gpus: np.ndarray,
                   values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per node: the max of ``values`` over its candidates and the first GPU reaching it."""
+    if len(rows) == n and np.array_equal(rows, np.arange(n)):  # one candidate per node
+        return values.astype(np.float64), gpus.astype(np.int64)
     best = np.full(n, -np.inf)
     np.maximum.at(best, rows, values)
     at_best = values == best[rows]
