@@ -115,6 +115,7 @@ class Decision:
     policy_choice: str | None = None  # what the policy picked (also in shadow mode)
     ranking: Ranking | None = None
     features: Any = None  # the policy's input (fedsched.common.features.Features) when it ran
+    positions: np.ndarray | None = None  # where ranking.nodes are in ``hosts`` (request order)
 
 
 class _NoFeasible(Exception):
@@ -139,18 +140,9 @@ def to_extender_scores(scores: np.ndarray, pick: int, top: int = MAX_EXTENDER_SC
         out[:] = np.floor((scores - lo) / (hi - lo) * (top - 1) + 1e-9).astype(np.int64)
     else:
         out[:] = top - 1
-    out = np.clip(out, 0, top - 1)
+    np.clip(out, 0, top - 1, out=out)
     if pick >= 0:
         out[pick] = top
-    return out
-    lo, hi = float(scores.min()), float(scores.max())
-    if hi > lo:
-        out[:] = np.floor((scores - lo) / (hi - lo) * (MAX_EXTENDER_SCORE - 1) + 1e-9).astype(np.int64)
-    else:
-        out[:] = MAX_EXTENDER_SCORE - 1
-    out = np.clip(out, 0, MAX_EXTENDER_SCORE - 1)
-    if pick >= 0:
-        out[pick] = MAX_EXTENDER_SCORE
     return out
 
 
@@ -315,8 +307,9 @@ class Decider:
         where = np.empty(len(table_names), dtype=np.int64)  # node id -> position in the request
         where[ids] = pos
         scores = np.zeros(len(names), dtype=np.int64)
+        positions = where[ranking.nodes] if ranking is not None else None
         if self.cfg.mode == "active" and decided:
-            scores[where[ranking.nodes]] = to_extender_scores(ranking.scores, ranking.best)
+            scores[positions] = to_extender_scores(ranking.scores, ranking.best)
             source, chosen = "policy", policy_choice
         else:
             ok, default, default_pick = self._default(pod, ids)
@@ -340,6 +333,7 @@ class Decider:
             policy_choice,
             ranking,
             features,
+            positions,
         )
         self.metrics.decisions.labels(mode=self.cfg.mode, source=d.source, model_version=model.version).inc()
         for hook in self.on_decision:

@@ -201,7 +201,7 @@ class ExtenderServer:
         except ObjectError as e:
             raise BadRequest(f"Pod: {e}") from e
         # Encoded by hand, with C-level loops: json.dumps of 2,000 small dicts costs more than
-        # the policy, and a Python loop over the hosts a fifth of a decision at 500 nodes.
+        # the policy.
         prefix = self._host_prefix
         if len(prefix) > 4 * len(self.decider.cache.index) + 10_000:
             prefix.clear()  # names the cache does not know (bounded)
@@ -323,8 +323,11 @@ def _make_handler(server: ExtenderServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            if self.request_version != "HTTP/0.9":  # headers and body in one write (one segment)
+                self._headers_buffer.extend((b"\r\n", body))
+                self.flush_headers()
+            else:
+                self.wfile.write(body)
 
         def __getattr__(self, name: str) -> Any:
             # Every method but GET and POST gets a 405 (the stdlib answers 501 Not Implemented).

