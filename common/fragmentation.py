@@ -194,7 +194,7 @@ def placement_deltas(fm: FragmentationModel, cpu_left: np.ndarray, free: np.ndar
         rows = np.arange(len(free))
         return rows, np.full(len(free), -1), _exact(before - after), before
     rows, gpus = np.nonzero(free >= gpu_milli)  # row-major: node order, then GPU index
-    # Keep the first GPU of each (node, free share): unique's stable sort gives the first index.
+    # Keep the first GPU of each (node, free share): unique's return_index is the first occurrence.
     _, first = np.unique(rows * (MILLI_PER_GPU + 1) + free[rows, gpus], return_index=True)
     first.sort()
     rows, gpus = rows[first], gpus[first]
