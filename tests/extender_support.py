@@ -20,6 +20,7 @@ from fedsched.agent.decider import Decider, DeciderConfig
 from fedsched.agent.extender import ExtenderServer
 from fedsched.agent.model_store import ModelStore
 from fedsched.agent.telemetry import NodeUsage, TelemetrySnapshot
+from fedsched.common import certs
 
 PAYLOADS = Path(__file__).parent / "data" / "extender-payloads"
 
@@ -126,3 +127,25 @@ def serve_process(*args: str) -> Iterator[ServeProcess]:
     finally:
         proc.send_signal(signal.SIGTERM)
         _, sp.stderr = proc.communicate(timeout=30)
+
+
+@dataclass
+class AgentPki:
+    """Certificates for mutual-TLS tests of the agent, from ``fedsched certs``' own code."""
+
+    server: certs.Issued  # the agent's serving certificate (localhost, 127.0.0.1)
+    client: certs.Issued  # kube-scheduler's client certificate, signed by the same CA
+    intruder: certs.Issued  # a client certificate signed by another CA
+    ca: Path  # the CA certificate the agent trusts
+
+
+def agent_pki(root: Path) -> AgentPki:
+    pki, other = root / "pki", root / "other"
+    certs.init_ca(pki)
+    certs.init_ca(other)
+    return AgentPki(
+        certs.issue(pki, "fedsched-agent", kind="server", hosts=["localhost"], ips=["127.0.0.1"]),
+        certs.issue(pki, "kube-scheduler", kind="client"),
+        certs.issue(other, "intruder", kind="client"),
+        certs.ca_files(pki).cert,
+    )

@@ -18,7 +18,7 @@ from fedsched.agent.k8s_objects import pod_to_json
 from fedsched.common.cluster import Pod
 from fedsched.common.traces import builtin_trace
 
-from .extender_support import Client, metric, payload, running, snapshot
+from .extender_support import Client, agent_pki, metric, payload, running, snapshot
 
 SCHED = "rl-scheduler"  # the payloads' spec.schedulerName
 
@@ -376,15 +376,9 @@ def test_mutual_tls_requires_a_client_certificate_from_our_ca(openb, tmp_path):
     from fedsched.agent.decider import Decider, DeciderConfig
     from fedsched.agent.extender import ExtenderServer, server_tls
     from fedsched.agent.model_store import ModelStore
-    from fedsched.common import certs
 
-    pki, other = tmp_path / "pki", tmp_path / "other"
-    certs.init_ca(pki)
-    certs.init_ca(other)
-    srv = certs.issue(pki, "extender", kind="server", hosts=["localhost"], ips=["127.0.0.1"])
-    cli = certs.issue(pki, "kube-scheduler", kind="client")
-    bad = certs.issue(other, "intruder", kind="client")
-    ca = certs.ca_files(pki).cert
+    pki = agent_pki(tmp_path)
+    srv, cli, bad, ca = pki.server, pki.client, pki.intruder, pki.ca
     decider = Decider(openb, ModelStore("learned"), DeciderConfig())
     server = ExtenderServer(decider, port=0, tls=server_tls(srv.files.cert, srv.files.key, ca))
     server.start()

@@ -29,11 +29,12 @@ from fedsched.agent.grpc_service import (
 )
 from fedsched.agent.k8s_objects import node_to_json, pod_from_json, pod_to_json
 from fedsched.agent.model_store import ModelStore
-from fedsched.common import certs
 from fedsched.common.cluster import Pod
 from fedsched.common.proto import decision_pb2
 from fedsched.common.traces import builtin_trace
 from fedsched.common.weight_policy import WEIGHT_TERMS
+
+from .extender_support import agent_pki
 
 # (name, pod): a whole GPU, a shared GPU restricted to two models, a CPU pod, two whole GPUs.
 PODS = [
@@ -303,13 +304,8 @@ def test_health_is_serving_once_the_cache_is_synced_and_not_serving_on_stop(svc:
 
 
 def test_mutual_tls_with_certificates_from_our_ca(svc: Service, tmp_path):
-    pki, other = tmp_path / "pki", tmp_path / "other"
-    certs.init_ca(pki)
-    certs.init_ca(other)
-    srv = certs.issue(pki, "agent", kind="server", hosts=["localhost"], ips=["127.0.0.1"])
-    cli = certs.issue(pki, "kube-scheduler", kind="client")
-    intruder = certs.issue(other, "intruder", kind="client")
-    ca = certs.ca_files(pki).cert
+    pki = agent_pki(tmp_path)
+    srv, cli, intruder, ca = pki.server, pki.client, pki.intruder, pki.ca
     server, port = serve_grpc(svc.decider, port=0, tls=(srv.files.cert, srv.files.key, ca))
     target = f"127.0.0.1:{port}"
     names = svc.names[:30]

@@ -12,9 +12,7 @@ import ssl
 import urllib.request
 from pathlib import Path
 
-from fedsched.common import certs
-
-from .extender_support import serve_process
+from .extender_support import agent_pki, serve_process
 from .k8s_api_stub_server import KubeAPIStub
 from .prometheus_support import wait_for
 from .test_k8s_watch import write_kubeconfig
@@ -25,11 +23,8 @@ K8S = Path(__file__).parent / "data" / "k8s"
 def test_cluster_mode_follows_the_api_server_over_mutual_tls(tmp_path: Path):
     nodes = json.loads((K8S / "nodes.json").read_text())["items"]
     pods = json.loads((K8S / "pods.json").read_text())["items"]
-    pki = tmp_path / "pki"
-    certs.init_ca(pki)
-    srv = certs.issue(pki, "fedsched-agent", kind="server", hosts=["localhost"], ips=["127.0.0.1"])
-    cli = certs.issue(pki, "kube-scheduler", kind="client")
-    ca = certs.ca_files(pki).cert
+    pki = agent_pki(tmp_path)
+    srv, cli, ca = pki.server, pki.client, pki.ca
     ctx = ssl.create_default_context(cafile=str(ca))
     ctx.load_cert_chain(str(cli.files.cert), str(cli.files.key))
 
