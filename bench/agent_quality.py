@@ -1,6 +1,6 @@
 """Quality of the learned policy against every baseline, on data it was not trained on.
 
-Scenarios (each through ``fedsched.common.evaluate``, the same harness as ``fedsched
+Scenarios (each through ``fedsched.common.sim.evaluate``, the same harness as ``fedsched
 evaluate``; pods split by a stable hash of their names, statistics from the train part,
 workloads drawn from the *test* part):
 
@@ -24,9 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-from fedsched.common.evaluate import EvalSpec, evaluate, format_table, write_json
-from fedsched.common.synthetic import generate_cluster
-from fedsched.common.traces import builtin_trace, load_nodes, load_pods
+from fedsched.common.model.synthetic import generate_cluster
+from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
+from fedsched.common.sim.evaluate import EvalSpec, evaluate, format_table, write_json
 
 PACKING_BASELINES = ["kube-default", "best-fit", "dot-product", "gpu-packing", "gpu-clustering", "fgd",
                      "random"]

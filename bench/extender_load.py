@@ -74,16 +74,16 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from fedsched.agent.k8s_objects import (
+from fedsched.agent.cluster.k8s_objects import (
     GPU_COUNT_ANNOTATION,
     GPU_MILLI_ANNOTATION,
     GPU_MODEL_ANNOTATION,
     GPU_RESOURCE,
     pod_to_json,
 )
-from fedsched.agent.model_store import ModelStore
-from fedsched.common.cluster import ClusterState, NodeTable, Pod, PodTable
-from fedsched.common.traces import builtin_trace, load_nodes, load_pods
+from fedsched.agent.serving.model_store import ModelStore
+from fedsched.common.model.cluster import ClusterState, NodeTable, Pod, PodTable
+from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
 
 PREFIX = "/scheduler"
 UID_TOKEN = "@@UID@@"  # replaced in a prebuilt body by each request's pod UID (same length not needed)
@@ -170,7 +170,7 @@ def free_port() -> int:
 
 def grpc_available() -> tuple[bool, str]:
     try:
-        from fedsched.agent import grpc_service
+        from fedsched.agent.serving import grpc_service
     except ImportError as e:
         return False, f"agent/grpc_service.py cannot be imported ({e})"
     missing = [n for n in ("serve_grpc", "DecisionClient") if not hasattr(grpc_service, n)]
@@ -189,7 +189,7 @@ class Server:
         self.port = free_port()
         self.grpc_port = free_port() if grpc else None
         cmd = [
-            "taskset", "-c", str(core), sys.executable, "-m", "fedsched.common.cli", "serve",
+            "taskset", "-c", str(core), sys.executable, "-m", "fedsched.common.cli.main", "serve",
             "--policy", policy, "--cluster-csv", str(csv_path), "--insecure", "--host", "127.0.0.1",
             "--port", str(self.port), "--log-level", "warning",
         ]
@@ -542,7 +542,7 @@ def throughput_phase(port: int, wl: Workload, n_nodes: int, seconds: float, conn
 
 
 def grpc_phase(grpc_port: int, wl: Workload, sizes: list[int], requests: int) -> dict[str, Any]:
-    from fedsched.agent.grpc_service import DecisionClient
+    from fedsched.agent.serving.grpc_service import DecisionClient
 
     out: dict[str, Any] = {}
     with DecisionClient(f"127.0.0.1:{grpc_port}") as client:

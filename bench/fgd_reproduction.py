@@ -5,7 +5,7 @@ Runs the six published policies with the published protocol on the openb GPU clu
 and prints our GPU allocation at 100% and 130% arrived beside the published figures in
 ``bench/data/fgd-atc23/analysis_allo_discrete.csv`` (mean over the same seeds 42..).
 
-Protocol (see ``fedsched.common.packing``): the whole pod list in a seeded shuffle, then
+Protocol (see ``fedsched.common.sim.packing``): the whole pod list in a seeded shuffle, then
 pods drawn with replacement until arrived GPU requests reach 130% of capacity; typical
 pods from the whole list (as upstream); ties broken by a seeded node order (upstream's
 random node-name prefix). Our seeds drive numpy's generator, not Go's math/rand, so the
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsched.common.fragmentation import TypicalPods
-from fedsched.common.packing import run_packing
+from fedsched.common.model.fragmentation import TypicalPods
+from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
 from fedsched.common.schedulers import SchedulerContext, make_scheduler
-from fedsched.common.traces import builtin_trace, load_nodes, load_pods
+from fedsched.common.sim.packing import run_packing
 
 PUBLISHED = Path(__file__).parent / "data" / "fgd-atc23" / "analysis_allo_discrete.csv"
 POLICIES = {  # published name -> ours

@@ -28,12 +28,14 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from fedsched.common.cluster import ClusterState, NodeTable, Pod
-from fedsched.common.fragmentation import TypicalPods
-from fedsched.common.onnx_export import OnnxScorer, export_onnx
-from fedsched.common.policy import NodeScoringPolicy, PolicyScheduler, load_checkpoint, typical_from_dict
+from fedsched.common.learning.checkpoint import load_checkpoint, typical_from_dict
+from fedsched.common.learning.nets import NodeScoringPolicy
+from fedsched.common.learning.onnx import OnnxScorer, export_onnx
+from fedsched.common.learning.scorers import PolicyScheduler
+from fedsched.common.model.cluster import ClusterState, NodeTable, Pod
+from fedsched.common.model.fragmentation import TypicalPods
+from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
 from fedsched.common.schedulers import KubeDefault, default_policy_path, place
-from fedsched.common.traces import builtin_trace, load_nodes, load_pods
 
 DEFAULT_POLICY = default_policy_path()
 

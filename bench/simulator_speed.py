@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsched.common.fragmentation import TypicalPods
-from fedsched.common.packing import run_packing
+from fedsched.common.model.fragmentation import TypicalPods
+from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
 from fedsched.common.schedulers import SchedulerContext, make_scheduler
-from fedsched.common.traces import builtin_trace, load_nodes, load_pods
+from fedsched.common.sim.packing import run_packing
 
 
 def peak_rss_mib() -> float:
@@ -47,7 +47,7 @@ def bench_packing(policy: str, repeat: int) -> dict[str, float]:
 
 def bench_replay(repeat: int) -> dict[str, float] | None:
     try:
-        from fedsched.common.replay import ReplayConfig, run_replay
+        from fedsched.common.sim.replay import ReplayConfig, run_replay
     except ImportError:
         return None
     nodes = load_nodes(builtin_trace("openb_node_list_all_node.csv"))

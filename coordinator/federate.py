@@ -2,7 +2,7 @@
 
 :func:`federate` runs Flower's own simulation runtime (``flwr run`` with a private
 ``FLWR_HOME`` and runtime dependency installation off) of the non-IID member clusters of
-:func:`fedsched.agent.federated.member_cluster` (an openb GPU training slice, a CPU web
+:func:`fedsched.agent.federation.task.member_cluster` (an openb GPU training slice, a CPU web
 cluster with diurnal load, a small edge cluster, ...), once with FedAvg and once with
 FedProx. Each run's final state is checked with ``flwr ls`` (``flwr run`` exits 0 even when
 the run fails) and the local SuperLink it started is stopped afterwards.
@@ -31,15 +31,17 @@ from typing import Any
 
 import numpy as np
 
-from fedsched.agent.federated import MemberState, load_npz, load_weights, member_cluster
-from fedsched.common.evaluate import mean_ci95
-from fedsched.common.fragmentation import TypicalPods
-from fedsched.common.packing import run_packing
-from fedsched.common.policy import NodeScoringPolicy, PolicyScheduler
+from fedsched.agent.federation.task import MemberState
+from fedsched.common.federation.codec import personalised_mix
+from fedsched.common.federation.members import member_cluster
+from fedsched.common.federation.weights import load_npz, load_weights
+from fedsched.common.learning.nets import NodeScoringPolicy
+from fedsched.common.learning.scorers import PolicyScheduler
+from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.schedulers import SchedulerContext, make_scheduler
-from fedsched.common.weight_codec import personalised_mix
-
-from .server_app import initial_weights
+from fedsched.common.sim.evaluate import mean_ci95
+from fedsched.common.sim.packing import run_packing
+from fedsched.coordinator.server_app import initial_weights
 
 REPORT_METRICS = ("alloc_gpu", "alloc_cpu", "gpu_frag_amount", "frag_ratio", "failed_pods", "util_variance")
 
@@ -144,7 +146,7 @@ def run_flower(app_dir: Path, out: Path, strategy: str, cfg: FederateConfig,
 
 def local_only(member_id: int, cfg: FederateConfig, init: dict[str, np.ndarray], out: Path) -> dict:
     """The same PPO budget on one member alone (eta = 1 and no global model)."""
-    from fedsched.agent.federated import local_round
+    from fedsched.agent.federation.task import local_round
 
     member = member_cluster(member_id, openb_nodes=cfg.openb_nodes)
     state = MemberState(out / "local-only" / member.name)

@@ -10,7 +10,7 @@ therefore::
     (nginx, ssl_verify_client on, only /v1/fleet/) --TLS--> SuperLink
 
 :func:`nginx_conf` writes the hub ingress, :func:`stunnel_conf` a member's sidecar. Both take
-the files of a :mod:`fedsched.common.certs` directory (``ca.crt``, ``hub.{crt,key}``,
+the files of a :mod:`fedsched.common.security.certs` directory (``ca.crt``, ``hub.{crt,key}``,
 ``clients/NAME.{crt,key}``, ``servers/NAME.{crt,key}``) and keep every runtime file (pid,
 logs, nginx temp dirs) inside ``workdir``, so they run as foreground processes without
 touching system paths::
@@ -29,7 +29,7 @@ import ipaddress
 import os
 from pathlib import Path
 
-from fedsched.common.certs import CA_CRT, HUB_CRT, HUB_KEY
+from fedsched.common.security.certs import CA_CRT, HUB_CRT, HUB_KEY
 
 #: Only these request URIs reach the SuperLink: the Fleet API's ``/v1/fleet/<method>``
 #: (raw URI, checked before nginx's normalisation so ``..``/``%2e`` tricks cannot escape).
@@ -74,7 +74,7 @@ def nginx_conf(certs_dir: str | os.PathLike, listen_port: int, upstream_port: in
     * ``POST /v1/fleet/<method>`` is proxied over TLS to ``upstream_host:upstream_port`` (the
       SuperLink), verifying its certificate against ``upstream_ca`` (default ``CERTS/ca.crt``)
       for the DNS name ``upstream_ssl_name`` (default ``localhost``, the first DNS SAN of
-      ``hub.crt`` from :func:`fedsched.common.certs.init_ca`; nginx checks DNS SANs only, never
+      ``hub.crt`` from :func:`fedsched.common.security.certs.init_ca`; nginx checks DNS SANs only, never
       IP SANs, so with an IP ``upstream_host`` this must be a DNS name in the SuperLink's
       certificate, e.g. its Kubernetes service name). Unbuffered both ways
       (model updates and streamed object pulls). The verified client's subject and

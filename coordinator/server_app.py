@@ -22,41 +22,20 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
-from fedsched.agent.federated import config_value, load_npz, load_weights, save_npz, weights_of
-from fedsched.common.fragmentation import TypicalPods
-from fedsched.common.packing import run_packing
-from fedsched.common.policy import NodeScoringPolicy, PolicyScheduler
-from fedsched.common.traces import builtin_trace, load_nodes, load_pods, split_by_hash
-
-from .strategies import make_strategy
+from fedsched.common.federation.run_config import config_value
+from fedsched.common.federation.weights import load_npz, save_npz, weights_of
+from fedsched.common.learning.nets import NodeScoringPolicy
+from fedsched.coordinator.evaluation import central_evaluator
+from fedsched.coordinator.strategies import make_strategy
 
 app = ServerApp()
-
-
-def central_evaluator(n_nodes: int = 200, seed: int = 7):
-    """policy weights -> GPU allocation % on a held-out openb slice (test pods, packing)."""
-    from fedsched.agent.training import fits_somewhere, slice_cluster
-
-    nodes = slice_cluster(load_nodes(builtin_trace("openb_node_list_gpu_node.csv")), n_nodes, 99_000 + seed)
-    pods = load_pods(builtin_trace("openb_pod_list_default.csv"), nodes, allow_oversized=True)
-    train, test = split_by_hash(fits_somewhere(pods, nodes), 0.3)
-    typical = TypicalPods.from_pods(train)
-
-    def evaluate(weights: dict[str, np.ndarray]) -> dict[str, float]:
-        policy = NodeScoringPolicy()
-        load_weights(policy, weights)
-        m = run_packing(nodes, test, PolicyScheduler(policy, typical), target_load=1.3, seed=seed,
-                        typical=typical).metrics
-        return {"alloc_gpu": float(m["alloc_gpu"]), "gpu_frag_amount": float(m["gpu_frag_amount"])}
-
-    return evaluate
 
 
 def initial_weights(init: str = "shipped", seed: int = 1) -> dict[str, np.ndarray]:
     """The hub's starting model: the shipped policy (a fleet starts from a good scheduler,
     never from random decisions), or a seeded random initialisation."""
     if init == "shipped":
-        from fedsched.common.policy import load_checkpoint
+        from fedsched.common.learning.checkpoint import load_checkpoint
         from fedsched.common.schedulers import default_policy_path
 
         return weights_of(load_checkpoint(default_policy_path())[0])

@@ -1,7 +1,7 @@
 """Hub strategies: Flower's own, made to accept INT8 deltas, validate them and resume.
 
 Members upload the *change* of their weights this round (``W_local_new - W_global``),
-INT8-encoded with error feedback (:mod:`fedsched.common.weight_codec`). Flower's FedAvg would
+INT8-encoded with error feedback (:mod:`fedsched.common.federation.codec`). Flower's FedAvg would
 average the int8 values and the scales as if they were weights (reference section 5), so
 :class:`QuantizedUpdates` overrides ``aggregate_train`` and, before the parent's aggregation:
 
@@ -33,7 +33,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx, FedTrimmedAvg, Krum
 
-from fedsched.common.weight_codec import decode_int8
+from fedsched.common.federation.codec import decode_int8
 
 
 class QuantizedUpdates:

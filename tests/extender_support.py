@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedsched.agent.cluster_cache import ClusterCache
-from fedsched.agent.decider import Decider, DeciderConfig
-from fedsched.agent.extender import ExtenderServer
-from fedsched.agent.model_store import ModelStore
-from fedsched.agent.telemetry import NodeUsage, TelemetrySnapshot
-from fedsched.common import certs
+from fedsched.agent.cluster.cache import ClusterCache
+from fedsched.agent.cluster.telemetry import NodeUsage, TelemetrySnapshot
+from fedsched.agent.serving.decider import Decider, DeciderConfig
+from fedsched.agent.serving.extender import ExtenderServer
+from fedsched.agent.serving.model_store import ModelStore
+from fedsched.common.security import certs
 
 PAYLOADS = Path(__file__).parent / "data" / "extender-payloads"
 
@@ -111,7 +111,7 @@ def serve_process(*args: str) -> Iterator[ServeProcess]:
     """Run ``fedsched serve ARGS`` until it listens; SIGTERM it on exit (its logs in ``stderr``)."""
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fedsched.common.cli", "serve", *args],
+        [sys.executable, "-m", "fedsched.common.cli.main", "serve", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

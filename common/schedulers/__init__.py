@@ -9,18 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from .balanced_allocation import BalancedAllocation
-from .base import Placement, Scheduler, SchedulerContext, default_gpu_choice, place
-from .best_fit import BestFit
-from .dot_product import DotProduct
-from .fgd import FGD
-from .gpu_clustering import GpuClustering
-from .gpu_packing import GpuPacking
-from .kube_default import KubeDefault
-from .least_allocated import LeastAllocated
-from .most_allocated import MostAllocated
-from .random_score import RandomScore
-from .target_load_packing import TargetLoadPacking
+from fedsched.common.schedulers.balanced_allocation import BalancedAllocation
+from fedsched.common.schedulers.base import Placement, Scheduler, SchedulerContext, default_gpu_choice, place
+from fedsched.common.schedulers.best_fit import BestFit
+from fedsched.common.schedulers.dot_product import DotProduct
+from fedsched.common.schedulers.fgd import FGD
+from fedsched.common.schedulers.gpu_clustering import GpuClustering
+from fedsched.common.schedulers.gpu_packing import GpuPacking
+from fedsched.common.schedulers.kube_default import KubeDefault
+from fedsched.common.schedulers.least_allocated import LeastAllocated
+from fedsched.common.schedulers.most_allocated import MostAllocated
+from fedsched.common.schedulers.random_score import RandomScore
+from fedsched.common.schedulers.target_load_packing import TargetLoadPacking
 
 BASELINES: dict[str, type[Scheduler]] = {
     cls.name: cls
@@ -48,14 +48,14 @@ def _checkpoint(name: str, ctx: SchedulerContext) -> Scheduler | None:
         path = default_policy_path(name)
         if not path.exists():
             raise ValueError(f"the shipped policy is missing ({path}); see agent/policies/README.md")
-        from ..policy import scheduler_from_checkpoint
+        from fedsched.common.learning.scorers import scheduler_from_checkpoint
 
         sched = scheduler_from_checkpoint(path, ctx)
         sched.name = name
         return sched
     if not (name.endswith(".pt") or Path(name).is_file()):
         return None
-    from ..policy import scheduler_from_checkpoint
+    from fedsched.common.learning.scorers import scheduler_from_checkpoint
 
     return scheduler_from_checkpoint(name, ctx)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cluster import MILLI_PER_GPU, ClusterState, Pod, PodTable
+from fedsched.common.model.cluster import MILLI_PER_GPU, ClusterState, Pod, PodTable
 
 
 @dataclass

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import ClusterState, Pod
-from .base import Scheduler
+from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.schedulers.base import Scheduler
 
 MAX_SPEC_CPU = 128000.0
 MAX_SPEC_GPU = 8000.0

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import ClusterState, Pod
-from .base import Scheduler
-from .best_fit import MAX_SPEC_CPU, MAX_SPEC_GPU
+from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.schedulers.base import Scheduler
+from fedsched.common.schedulers.best_fit import MAX_SPEC_CPU, MAX_SPEC_GPU
 
 
 class DotProduct(Scheduler):

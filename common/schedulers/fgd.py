@@ -1,7 +1,7 @@
 """FGD: Fragmentation Gradient Descent (Weng et al., USENIX ATC'23).
 
 Upstream: hkust-adsl/kubernetes-scheduler-simulator pkg/simulator/plugin/fgd_score.go and
-pkg/utils/frag.go (fragmentation model in :mod:`fedsched.common.fragmentation`).
+pkg/utils/frag.go (fragmentation model in :mod:`fedsched.common.model.fragmentation`).
 For each feasible node ``n`` and hypothetical state ``n'`` after placing the pod,
 ``score = int(sigmoid((F_n - F_n') / 1000) * 100)``: the node whose fragmentation drops
 most (or grows least) wins. A sharing pod is tried on every GPU that fits; the node's
@@ -14,9 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import ClusterState, Pod
-from ..fragmentation import FragmentationModel, NodeFragCache, TypicalPods, best_per_node, placement_deltas
-from .base import Scheduler, SchedulerContext
+from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.model.fragmentation import (
+    FragmentationModel,
+    NodeFragCache,
+    TypicalPods,
+    best_per_node,
+    placement_deltas,
+)
+from fedsched.common.schedulers.base import Scheduler, SchedulerContext
 
 
 def fgd_score(delta: np.ndarray) -> np.ndarray:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import ClusterState, Pod
-from .base import Scheduler
+from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.schedulers.base import Scheduler
 
 
 class GpuClustering(Scheduler):

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import MILLI_PER_GPU, ClusterState, Pod
-from .base import Scheduler
+from fedsched.common.model.cluster import MILLI_PER_GPU, ClusterState, Pod
+from fedsched.common.schedulers.base import Scheduler
 
 
 class GpuPacking(Scheduler):

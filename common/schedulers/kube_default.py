@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import ClusterState, Pod
-from .balanced_allocation import balanced_allocation
-from .base import Scheduler
-from .least_allocated import least_allocated
+from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.schedulers.balanced_allocation import balanced_allocation
+from fedsched.common.schedulers.base import Scheduler
+from fedsched.common.schedulers.least_allocated import least_allocated
 
 
 class KubeDefault(Scheduler):

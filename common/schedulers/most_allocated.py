@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import ClusterState, Pod
-from .base import Scheduler
+from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.schedulers.base import Scheduler
 
 
 def most_allocated_scores(cap: np.ndarray, req: np.ndarray) -> np.ndarray:

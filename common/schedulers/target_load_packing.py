@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import ClusterState, Pod
-from .base import Scheduler, SchedulerContext
+from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.schedulers.base import Scheduler, SchedulerContext
 
 DEFAULT_TARGET_PERCENT = 40.0
 REQUESTS_MULTIPLIER = 1.5

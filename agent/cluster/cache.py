@@ -1,0 +1,347 @@
+"""The serving agent's view of its cluster: the simulator's ``ClusterState``, kept live.
+
+kube-scheduler talks to a ``nodeCacheCapable`` extender with node names only, so the agent
+keeps its own state of the cluster in the very structure the simulator uses
+(:class:`fedsched.common.model.cluster.ClusterState`): the feature builder then turns (state, pod)
+into the policy's input with the same code in training and in serving.
+
+Sources that feed it:
+
+- Kubernetes (``agent/k8s_watch.py``): Node and Pod JSON through :meth:`replace_all`,
+  :meth:`upsert_node`, :meth:`delete_node`, :meth:`upsert_pod` and :meth:`delete_pod`. A pod
+  counts on its node from the moment it has ``spec.nodeName`` until it is deleted or ends
+  (phase Succeeded/Failed), as in kube-scheduler's own cache. A pod on a node the cache does
+  not know yet waits and is counted when the node arrives.
+- A nodes CSV (openb schema, :meth:`from_csv`) for the local mode, with :meth:`bind` as the
+  scheduler's bind verb.
+- Telemetry (``agent/telemetry.py``) through :meth:`apply_telemetry`: real CPU and memory use
+  set ``state.cpu_used`` / ``state.mem_used``, and a :class:`~fedsched.common.learning.features.Telemetry`
+  (usage trend, overload flag and history) computed as the replay simulator computes it.
+
+Node changes rebuild the tables (they are rare); pod changes update the state in place. All
+mutations and every read that must be consistent hold :attr:`lock`.
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+import threading
+import time
+from dataclasses import dataclass
+from itertools import repeat
+from pathlib import Path
+
+import numpy as np
+
+from fedsched.agent.cluster.k8s_objects import (
+    NodeInfo,
+    ObjectError,
+    node_from_json,
+    node_table,
+    pod_from_json,
+)
+from fedsched.common.learning.features import Telemetry
+from fedsched.common.model.cluster import ClusterState, NodeTable, Pod
+from fedsched.common.model.traces import load_nodes
+from fedsched.common.schedulers.base import default_gpu_choice
+from fedsched.common.sim.replay import ReplayConfig
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+EXCLUDE_LABEL = "fedsched.io/exclude"  # nodes labelled with it = "true" are not for the policy
+
+
+@dataclass
+class BoundPod:
+    uid: str
+    node: str
+    pod: Pod
+    gpus: tuple[int, ...]
+    created: float  # unix seconds (metadata.creationTimestamp), NaN if unknown
+    bound_at: float  # unix seconds when the cache first saw it bound
+
+
+def created_time(obj: dict) -> float:
+    """metadata.creationTimestamp in unix seconds (NaN when absent or unreadable)."""
+    ts = (obj.get("metadata") or {}).get("creationTimestamp")
+    if not ts:
+        return math.nan
+    try:
+        return float(calendar.timegm(time.strptime(str(ts), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return math.nan
+
+
+class ClusterCache:
+    """Node inventory, bound pods and telemetry as one live :class:`ClusterState`."""
+
+    def __init__(
+        self,
+        nodes: list[NodeInfo] | None = None,
+        overload_threshold: float = ReplayConfig.overload_threshold,
+        trend_alpha: float = ReplayConfig.trend_alpha,
+    ) -> None:
+        self.lock = threading.RLock()
+        self.overload_threshold = overload_threshold
+        self.trend_alpha = trend_alpha
+        self.pods: dict[str, BoundPod] = {}
+        self.waiting: dict[str, tuple[dict, str]] = {}  # uid -> (pod JSON, node) for unknown nodes
+        self.rejected_objects = 0  # objects that could not be read (logged by the caller)
+        self.overcommitted = 0  # pods counted on a node where, by our accounting, they did not fit
+        self.generation = 0  # bumps on every change
+        self.synced = False
+        self.last_telemetry: float = 0.0  # unix time of the last applied telemetry snapshot
+        self.telemetry_up = False
+        self.on_bound: list = []  # callables(BoundPod) run when a pod is newly counted on a node
+        self._set_nodes(list(nodes or []))
+
+    # ---- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_table(cls, table: NodeTable, **kw) -> ClusterCache:
+        infos = [
+            NodeInfo(
+                table.names[i],
+                int(table.cpu[i]),
+                int(table.mem[i]),
+                int(table.gpu[i]),
+                table.models[int(table.model[i])] if table.gpu[i] else "",
+            )
+            for i in range(len(table))
+        ]
+        cache = cls(**kw)
+        cache._set_nodes(infos, table)
+        cache.synced = True
+        return cache
+
+    @classmethod
+    def from_csv(cls, path: str | Path, **kw) -> ClusterCache:
+        """An empty cluster from a nodes CSV (openb schema)."""
+        return cls.from_table(load_nodes(path), **kw)
+
+    def _set_nodes(self, infos: list[NodeInfo], table: NodeTable | None = None) -> None:
+        table = table if table is not None else node_table(infos)  # may raise: before any change
+        self.infos = infos
+        self.table = table
+        self.index = {n.name: i for i, n in enumerate(infos)}
+        self.state = ClusterState(self.table)
+        # A node reporting no allocatable CPU or memory cannot run pods (and would divide by zero).
+        self.schedulable = np.array(
+            [not n.unschedulable and n.ready and n.cpu > 0 and n.mem > 0 for n in infos], dtype=bool
+        )
+        self.tainted = np.array([bool(n.no_schedule_taints) for n in infos], dtype=bool)
+        self.excluded = np.array([dict(n.labels).get(EXCLUDE_LABEL) == "true" for n in infos], dtype=bool)
+        # A node without allocatable CPU or memory is no capacity at all: out of the cluster's
+        # context features too (they divide by each node's capacity).
+        self.state.alive[:] = [n.cpu > 0 and n.mem > 0 for n in infos]
+        k = len(infos)
+        self.usage_time = np.zeros(k)  # unix time of each node's newest telemetry sample (0: none)
+        self.cpu_ratio = np.full(k, np.nan)
+        self.mem_ratio = np.full(k, np.nan)
+        self.telemetry = Telemetry(
+            np.zeros(k),
+            np.zeros(k),
+            np.zeros(k, dtype=bool),
+            np.zeros(k, dtype=np.int64),
+            np.zeros(k, dtype=np.int64),
+        )
+        self.state.telemetry = self.telemetry
+        old = list(self.pods.values())
+        self.pods = {}
+        for b in old:
+            if b.node in self.index:
+                self._account(b.uid, b.node, b.pod, b.created, b.bound_at, b.gpus, new=False)
+        for uid, (obj, node) in list(self.waiting.items()):
+            if node in self.index:
+                del self.waiting[uid]
+                self.upsert_pod(obj)
+        self.generation += 1
+
+    # ---- lookups ----------------------------------------------------------------------------
+    def lookup(self, names: list[str]) -> tuple[np.ndarray, list[str]]:
+        """(node ids of the known names, in order; the unknown names)."""
+        ids, pos = self.lookup_positions(names)
+        known = set(pos.tolist())
+        return ids, [n for k, n in enumerate(names) if k not in known]
+
+    def lookup_positions(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(node ids of the known names, their positions in ``names``)."""
+        at = np.fromiter(map(self.index.get, names, repeat(-1)), dtype=np.int64, count=len(names))
+        pos = np.flatnonzero(at >= 0)
+        return at[pos], pos
+
+    def pod(self, obj: dict) -> Pod:
+        return pod_from_json(obj, self.table.models)
+
+    # ---- Kubernetes sink ----------------------------------------------------------------------
+    def replace_all(self, nodes: list[dict], pods: list[dict]) -> None:
+        """Resync from full lists (the watch's initial list and every relist)."""
+        infos = []
+        for obj in nodes:
+            try:
+                infos.append(node_from_json(obj))
+            except ObjectError:
+                self.rejected_objects += 1
+        with self.lock:
+            self.pods, self.waiting = {}, {}
+            self._set_nodes(infos)
+            for obj in pods:
+                self.upsert_pod(obj)
+            self.synced = True
+
+    def upsert_node(self, obj: dict) -> None:
+        try:
+            info = node_from_json(obj)
+        except ObjectError:
+            self.rejected_objects += 1  # a node we cannot read is left out, not fatal to the watch
+            return
+        with self.lock:
+            infos = list(self.infos)
+            i = self.index.get(info.name)
+            if i is None:
+                infos.append(info)
+            elif infos[i] == info:
+                return
+            else:
+                old = infos[i]
+                infos[i] = info
+                if (old.cpu, old.mem, old.gpu, old.model) == (info.cpu, info.mem, info.gpu, info.model):
+                    # Only schedulability/taints/labels moved: no need to rebuild the state.
+                    self.infos = infos
+                    self.schedulable[i] = (
+                        not info.unschedulable and info.ready and info.cpu > 0 and info.mem > 0
+                    )
+                    self.tainted[i] = bool(info.no_schedule_taints)
+                    self.excluded[i] = dict(info.labels).get(EXCLUDE_LABEL) == "true"
+                    self.generation += 1
+                    return
+            self._set_nodes(infos)
+
+    def delete_node(self, name: str) -> None:
+        with self.lock:
+            if name not in self.index:
+                return
+            for uid, b in list(self.pods.items()):
+                if b.node == name:
+                    del self.pods[uid]
+            self._set_nodes([n for n in self.infos if n.name != name])
+
+    def upsert_pod(self, obj: dict) -> None:
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+        node = (obj.get("spec") or {}).get("nodeName")
+        phase = (obj.get("status") or {}).get("phase")
+        with self.lock:
+            if not node or phase in TERMINAL_PHASES:
+                self.delete_pod(uid)
+                return
+            try:
+                pod = self.pod(obj)
+            except ObjectError:
+                self.rejected_objects += 1
+                return
+            known = self.pods.get(uid)
+            if known is not None and known.node == node and known.pod == pod:
+                return
+            if node not in self.index:
+                self.delete_pod(uid)
+                self.waiting[uid] = (obj, node)
+                return
+            moved = known is None or known.node != node
+            self.delete_pod(uid)
+            self._account(
+                uid, node, pod, created_time(obj), time.time() if moved else known.bound_at, None, new=moved
+            )
+
+    def delete_pod(self, uid: str) -> None:
+        with self.lock:
+            self.waiting.pop(uid, None)
+            b = self.pods.pop(uid, None)
+            if b is not None:
+                self.state.release(self.index[b.node], b.pod, b.gpus)
+                self.generation += 1
+
+    # ---- local mode ---------------------------------------------------------------------------
+    def bind(
+        self, uid: str, pod: Pod, node: str, gpus: tuple[int, ...] | None = None, created: float = math.nan
+    ) -> BoundPod:
+        """Count ``pod`` on ``node`` (the bind verb of the local mode). Raises KeyError for an
+        unknown node and ValueError when the pod is already bound or does not fit."""
+        with self.lock:
+            if node not in self.index:
+                raise KeyError(node)
+            if uid in self.pods:
+                raise ValueError(f"pod {uid} is already bound to {self.pods[uid].node}")
+            i = self.index[node]
+            if not self.state.feasible(pod)[i]:
+                raise ValueError(f"pod {uid} does not fit on {node}")
+            return self._account(uid, node, pod, created, time.time(), gpus)
+
+    def _account(
+        self,
+        uid: str,
+        node: str,
+        pod: Pod,
+        created: float,
+        bound_at: float,
+        gpus: tuple[int, ...] | None,
+        new: bool = True,
+    ) -> BoundPod:
+        i = self.index[node]
+        if gpus is None:
+            gpus = default_gpu_choice(self.state, pod, i) if pod.num_gpu else ()
+            if pod.num_gpu and (
+                len(gpus) < (1 if pod.is_gpu_share else pod.num_gpu)
+                or (self.state.gpu_free[i, list(gpus)] < pod.gpu_milli).any()
+            ):
+                gpus = ()  # no GPU left by our accounting: count CPU and memory only
+        try:
+            self.state.allocate(i, pod, gpus)
+        except AssertionError:
+            # The cluster runs it, so it is there: count it (allocate already did) and say so.
+            self.overcommitted += 1
+        b = BoundPod(uid, node, pod, tuple(gpus), created, bound_at)
+        self.pods[uid] = b
+        self.generation += 1
+        if new:
+            for hook in self.on_bound:
+                hook(b)
+        return b
+
+    # ---- telemetry ----------------------------------------------------------------------------
+    def apply_telemetry(self, snapshot) -> None:
+        """Real use from a :class:`fedsched.agent.cluster.telemetry.TelemetrySnapshot`."""
+        with self.lock:
+            self.telemetry_up = bool(snapshot.up)
+            if not snapshot.up:
+                return
+            dt = snapshot.fetched_at - self.last_telemetry if self.last_telemetry else 0.0
+            self.last_telemetry = snapshot.fetched_at
+            cap_cpu = self.table.cpu.astype(np.float64)
+            cap_mem = self.table.mem.astype(np.float64)
+            tel, s = self.telemetry, self.state
+            for name, u in snapshot.nodes.items():
+                i = self.index.get(name)
+                if i is None:
+                    continue
+                self.usage_time[i] = u.timestamp
+                self.cpu_ratio[i] = u.cpu_ratio
+                self.mem_ratio[i] = u.mem_ratio
+                cpu = u.cpu_ratio * cap_cpu[i] if math.isfinite(u.cpu_ratio) else s.cpu_used[i]
+                mem = u.mem_ratio * cap_mem[i] if math.isfinite(u.mem_ratio) else s.mem_used[i]
+                if dt > 0:
+                    a = self.trend_alpha
+                    tel.cpu_trend[i] += a * ((cpu - s.cpu_used[i]) / dt - tel.cpu_trend[i])
+                    tel.mem_trend[i] += a * ((mem - s.mem_used[i]) / dt - tel.mem_trend[i])
+                s.cpu_used[i], s.mem_used[i] = cpu, mem
+                over = bool(math.isfinite(u.cpu_ratio) and u.cpu_ratio > self.overload_threshold)
+                if over and not tel.overloaded[i]:
+                    tel.overload_count[i] += 1
+                tel.overloaded[i] = over
+            self.generation += 1
+
+    def record_oom(self, node: str) -> None:
+        """An OOM kill seen on ``node`` (the watch sees a container terminated OOMKilled)."""
+        with self.lock:
+            i = self.index.get(node)
+            if i is not None:
+                self.telemetry.oom_count[i] += 1

@@ -1,0 +1,262 @@
+"""Gymnasium environment over the simulator: one step = one pod to place.
+
+Observation (a padded ``Dict`` so clusters of any size fit one space):
+
+- ``nodes``: ``[max_nodes, len(NODE_FEATURES)]`` float32, the shared feature builder's
+  per-node features (rows past the cluster's size are zero),
+- ``pod``: ``[len(POD_FEATURES)]``, ``context``: ``[len(CONTEXT_FEATURES)]``,
+- ``mask``: ``[max_nodes]`` int8, 1 for the nodes where the pod fits now.
+
+The action is a node index; :meth:`SchedulingEnv.action_masks` gives the mask as booleans
+(sb3-contrib's MaskablePPO reads it). An action on a masked node costs the
+``invalid_action`` penalty and the pod is placed by kube-default's scores instead, as the
+extender falls back to default scoring (``info["invalid_action"]`` is set). Pods that fit
+nowhere never reach the agent: they fail (packing) or back off
+(replay) between steps, and the failed-placement term of the reward charges them to the
+decision that preceded them. The GPU on the chosen node is picked by the feature builder's
+rule (FGD's fragmentation-minimising GPU for sharing pods).
+
+Rewards are weighted terms (:class:`RewardConfig`, defaults per mode), each documented with
+its unit. Packing: allocation gained (percent of capacity), fragmentation removed (percent
+of GPU capacity; a potential-based shaping term, so with ``gamma = 1`` it does not change
+the optimal policy) and failed placements (percent of capacity arrived but not placed).
+Replay: pending time of the bound pod, load variance, OOM and overload events, failed
+placements, fragmentation ratio and SLA violations (pods waiting longer than
+``sla_pending_s``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from fedsched.common.learning.features import (
+    CONTEXT_FEATURES,
+    NODE_FEATURES,
+    POD_FEATURES,
+    FeatureBuilder,
+    Features,
+)
+from fedsched.common.model.cluster import ClusterState, NodeTable, Pod, PodTable
+from fedsched.common.model.fragmentation import TypicalPods
+from fedsched.common.schedulers.base import Placement
+from fedsched.common.schedulers.kube_default import KubeDefault
+from fedsched.common.sim.packing import PackingSimulator
+
+OBS_BOUND = 100.0  # features are clipped to [-OBS_BOUND, OBS_BOUND]
+
+
+@dataclass
+class RewardConfig:
+    """Weights of the reward terms (0 disables a term)."""
+
+    alloc_gain: float = 1.0  # packing: + allocated share gained, in % of capacity
+    frag_removed: float = 0.5  # packing: + cluster GPU fragmentation removed, % of GPU capacity
+    failed: float = 1.0  # both: - requests of pods that failed, % of capacity (replay: per pod)
+    pending_time: float = 0.05  # replay: - minutes the bound pod waited
+    load_variance: float = 0.01  # replay: - variance of node CPU utilisation (%^2 / 100)
+    oom: float = 1.0  # replay: - OOM kills since the last decision
+    overload: float = 0.5  # replay: - nodes entering overload since the last decision
+    fragmentation: float = 0.02  # replay: - fragmentation ratio (%) at the decision
+    sla: float = 0.5  # replay: - pods bound after waiting more than sla_pending_s
+    sla_pending_s: float = 30.0  # replay: the pending-time objective
+
+    invalid_action: float = 1.0  # both: - per action on a masked node (then kube-default decides)
+
+
+@dataclass
+class EnvConfig:
+    mode: str = "packing"  # packing | replay
+    target_load: float = 1.3  # packing: arrived requests as a multiple of capacity
+    max_nodes: int | None = None  # observation padding (default: the cluster's node count)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    replay: dict[str, Any] = field(default_factory=dict)  # ReplayConfig fields for replay mode
+
+
+class SchedulingEnv(gym.Env):
+    """Place each arriving pod on a node; see the module docstring."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, nodes: NodeTable, pods: PodTable, *, typical: TypicalPods | None = None,
+                 config: EnvConfig | None = None, seed: int | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg = config or EnvConfig()
+        if cfg.mode not in ("packing", "replay"):
+            raise ValueError(f"unknown mode {cfg.mode!r}: expected packing or replay")
+        self.cluster_nodes, self.pool = nodes, pods
+        self.typical = typical if typical is not None else TypicalPods.from_pods(pods)
+        self.features = FeatureBuilder(self.typical)
+        self.max_nodes = cfg.max_nodes or len(nodes)
+        if self.max_nodes < len(nodes):
+            raise ValueError(f"max_nodes {self.max_nodes} < cluster size {len(nodes)}")
+        n_f, n_p, n_c = len(NODE_FEATURES), len(POD_FEATURES), len(CONTEXT_FEATURES)
+        self.observation_space = spaces.Dict({
+            "nodes": spaces.Box(-OBS_BOUND, OBS_BOUND, (self.max_nodes, n_f), np.float32),
+            "pod": spaces.Box(-OBS_BOUND, OBS_BOUND, (n_p,), np.float32),
+            "context": spaces.Box(-OBS_BOUND, OBS_BOUND, (n_c,), np.float32),
+            "mask": spaces.MultiBinary(self.max_nodes),
+        })
+        self.action_space = spaces.Discrete(self.max_nodes)
+        self._seed = seed
+        self._episode = 0
+        self.sim: Any = None
+        self._mask = np.zeros(self.max_nodes, dtype=bool)
+        self._feats: Features | None = None
+        self._nodes = np.zeros(0, dtype=np.int64)
+        self._fallback = KubeDefault()
+
+    # ---- gym API ---------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._seed, self._episode = seed, 0
+        run_seed = int(self.np_random.integers(2**31)) if self._seed is None else self._seed + self._episode
+        self._episode += 1
+        if self.cfg.mode == "packing":
+            self.sim = PackingSimulator(self.cluster_nodes, self.pool, target_load=self.cfg.target_load,
+                                        seed=run_seed, typical=self.typical)
+        else:
+            from fedsched.common.sim.replay import ReplayConfig, ReplaySimulator
+
+            self.sim = ReplaySimulator(self.cluster_nodes, self.pool, config=ReplayConfig(**self.cfg.replay),
+                                       seed=run_seed, typical=self.typical)
+        self._stats = self._snapshot()
+        self.episode_return = 0.0
+        reward_before = self._advance()
+        self.episode_return += reward_before
+        return self._obs(), {"skipped_reward": reward_before}
+
+    def step(self, action: int):
+        if self.sim is None or self._feats is None:
+            raise RuntimeError("step() before reset() or after the episode ended")
+        action = int(action)
+        invalid = not (0 <= action < self.max_nodes) or not self._mask[action]
+        if invalid:
+            scores = self._fallback.score(self.sim.state, self._pod, self._nodes)
+            action = int(self._nodes[int(np.argmax(scores))])
+        gpus = self.features.select_gpus(self.sim.state, self._pod, action)
+        return self._bind(Placement(action, gpus), invalid)
+
+    def step_placement(self, placement: Placement):
+        """Step with a complete placement (node and GPUs), e.g. a teacher scheduler's."""
+        if self.sim is None or self._feats is None:
+            raise RuntimeError("step_placement() before reset() or after the episode ended")
+        if not (0 <= placement.node < self.max_nodes) or not self._mask[placement.node]:
+            raise ValueError(f"node {placement.node} is not feasible for this pod")
+        return self._bind(placement, False)
+
+    def _bind(self, placement: Placement, invalid: bool):
+        before = self._snapshot()
+        self.sim.bind(placement)
+        reward = self._reward(before, self._snapshot(), bound=True)
+        if invalid:
+            reward -= self.cfg.reward.invalid_action
+        reward += self._advance()
+        self.episode_return += reward
+        terminated = self._feats is None
+        info: dict[str, Any] = {"invalid_action": invalid, "node": placement.node}
+        if terminated:
+            info["episode_metrics"] = self.final_metrics()
+            info["episode_return"] = self.episode_return
+        return self._obs(), float(reward), terminated, False, info
+
+    def action_masks(self) -> np.ndarray:
+        return self._mask.copy()
+
+    @property
+    def decision(self) -> tuple[Pod, ClusterState, np.ndarray, Features]:
+        """The pending decision: (pod, cluster state, feasible node ids, their features)."""
+        if self._feats is None:
+            raise RuntimeError("no pending decision (call reset(), or the episode ended)")
+        return self._pod, self.sim.state, self._nodes, self._feats
+
+    # ---- internals -------------------------------------------------------------------
+    def _advance(self) -> float:
+        """Move to the next pod that fits somewhere; failures on the way cost reward."""
+        reward = 0.0
+        sim = self.sim
+        while True:
+            before = self._snapshot()
+            if self.cfg.mode == "packing":
+                item = sim.next_pod()
+                if item is None:
+                    break
+                pod, state = item
+                mask = state.feasible(pod)
+                if not mask.any():
+                    sim.bind(Placement(-1))
+                    reward += self._reward(before, self._snapshot(), bound=False)
+                    continue
+            else:
+                item = sim.next_pod(skip_infeasible=True)
+                reward += self._reward(before, self._snapshot(), bound=False)
+                if item is None:
+                    break
+                pod, state = item
+                mask = sim.feasible_mask
+            self._pod = pod
+            nodes = np.flatnonzero(mask)
+            self._mask[:] = False
+            self._mask[nodes] = True
+            self._nodes = nodes
+            self._feats = self.features.build(state, pod, nodes)
+            return reward
+        self._feats = None
+        self._mask[:] = False
+        return reward
+
+    def _snapshot(self) -> dict[str, float]:
+        sim = self.sim
+        if self.cfg.mode == "packing":
+            return {"alloc": sim.allocated_pct, "arrived": sim.arrived_pct, "frag": sim.frag_pct}
+        c = sim.counters
+        return {"oom": float(c["oom_events"]), "overload": float(c["overload_events"]),
+                "failed": float(sim.counts()["failed"]), "binds": float(c["binds"])}
+
+    def _reward(self, a: dict[str, float], b: dict[str, float], bound: bool) -> float:
+        w = self.cfg.reward
+        if self.cfg.mode == "packing":
+            gained = b["alloc"] - a["alloc"]
+            failed = (b["arrived"] - a["arrived"]) - gained
+            return w.alloc_gain * gained + w.frag_removed * (a["frag"] - b["frag"]) - w.failed * failed
+        r = -w.oom * (b["oom"] - a["oom"]) - w.overload * (b["overload"] - a["overload"])
+        r -= w.failed * (b["failed"] - a["failed"])
+        if bound:
+            sim = self.sim
+            waited = float(sim.latencies[-1]) if len(sim.latencies) else 0.0
+            r -= w.pending_time * waited / 60.0 + (w.sla if waited > w.sla_pending_s else 0.0)
+            state = sim.state
+            u = 100.0 * state.cpu_used[state.alive] / self.cluster_nodes.cpu[state.alive]
+            r -= w.load_variance * float(u.var()) / 100.0
+            if w.fragmentation:
+                from fedsched.common.model.fragmentation import fragmentation_ratio
+
+                alive = state.alive
+                nt = self.cluster_nodes
+                r -= w.fragmentation * 100.0 * fragmentation_ratio(
+                    nt.cpu[alive] - state.cpu_req[alive], nt.cpu[alive],
+                    nt.mem[alive] - state.mem_req[alive], nt.mem[alive])
+        return r
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        n_f = len(NODE_FEATURES)
+        nodes = np.zeros((self.max_nodes, n_f), dtype=np.float32)
+        if self._feats is None:
+            return {"nodes": nodes, "pod": np.zeros(len(POD_FEATURES), np.float32),
+                    "context": np.zeros(len(CONTEXT_FEATURES), np.float32),
+                    "mask": self._mask.astype(np.int8)}
+        nodes[self._nodes] = np.clip(self._feats.nodes, -OBS_BOUND, OBS_BOUND)
+        return {"nodes": nodes, "pod": np.clip(self._feats.pod, -OBS_BOUND, OBS_BOUND),
+                "context": np.clip(self._feats.context, -OBS_BOUND, OBS_BOUND),
+                "mask": self._mask.astype(np.int8)}
+
+    def final_metrics(self) -> dict[str, float]:
+        """The run's metrics (call once, at the end of the episode)."""
+        if self.cfg.mode == "packing":
+            return self.sim.result().metrics
+        return self.sim.finish().metrics

@@ -1,0 +1,8 @@
+"""The ``fedsched`` command line: ``main`` dispatches to one module per subcommand (``evaluate``,
+``export`` and ``certs`` here; ``train``, ``serve`` and ``federate`` register from
+``fedsched.agent`` and ``fedsched.coordinator``, named by string in ``main.SUBCOMMANDS`` so
+nothing is imported before it is used).
+
+May import: every ``fedsched.common`` package (``agent`` and ``coordinator`` only by name,
+through ``importlib``).
+"""

@@ -1,0 +1,56 @@
+"""The ``fedsched`` command line.
+
+Subcommands are small modules registered in ``SUBCOMMANDS`` (name -> "module:attribute"
+of a ``register(subparsers)`` function) and imported only when used, so ``fedsched
+evaluate`` never pays for torch or Flower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, str] = {
+    "evaluate": "fedsched.common.cli.evaluate:register",
+    "train": "fedsched.agent.learning.train_cli:register",
+    "federate": "fedsched.coordinator.cli:register",
+    "export": "fedsched.common.cli.export:register",
+    "certs": "fedsched.common.cli.certs:register",
+    "serve": "fedsched.agent.serving.serve_cli:register",
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedsched", description="Federated RL scheduling for Kubernetes fleets.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, target in SUBCOMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=f"(see fedsched {name} --help)")
+            continue
+        module, attr = target.split(":")
+        getattr(importlib.import_module(module), attr)(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    wanted = next((a for a in argv if a in SUBCOMMANDS), None)
+    parser = build_parser(only=wanted)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as e:  # bad input: a clear message, no traceback
+        print(f"fedsched {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Scheduling-quality metrics shared by both simulator modes and the evaluation.
+
+Per run, as a flat ``dict[str, float]`` (names in :data:`METRICS`):
+
+- ``alloc_{cpu,mem,gpu}``: requested / capacity at the end, % (alive nodes).
+- ``gpu_alloc_at_100`` / ``gpu_alloc_at_target`` (packing): GPU allocation (% of all GPUs)
+  when the arrived GPU requests reach 100% and the target load of capacity, binned exactly
+  as the FGD artefact does (mean of the samples whose arrived % rounds to the bin).
+- ``gpu_frag_rate`` (% of idle GPU that is fragmented) and ``gpu_frag_amount`` (% of all
+  GPU), FGD definition, at the end; ``gpu_frag_rate_at_90`` at 90% arrived (packing).
+- ``frag_ratio``: reference section 6, ``1 - min(a_cpu, a_mem) / max(a_cpu, a_mem)``, %.
+- ``failed_pods``, ``pending_pods`` (still waiting at the end), ``pending_mean_s`` and
+  ``pending_p99_s`` (arrival to bind, seconds of simulated time).
+- ``util_mean`` and ``util_variance``: mean and variance over nodes of real CPU
+  utilisation (% of capacity); time-averaged in replay, at the end in packing (where
+  real use equals requests).
+- ``overload_events`` (a node's real CPU passing 85%) and ``oom_events``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedsched.common.model.cluster import ClusterState
+from fedsched.common.model.fragmentation import FragmentationModel, TypicalPods, fragmentation_ratio
+
+METRICS = (
+    "alloc_gpu", "alloc_cpu", "alloc_mem", "gpu_alloc_at_100", "gpu_alloc_at_target",
+    "gpu_frag_rate", "gpu_frag_amount", "gpu_frag_rate_at_90", "frag_ratio", "failed_pods",
+    "pending_pods", "pending_mean_s", "pending_p99_s", "util_mean", "util_variance",
+    "overload_events", "oom_events",
+)
+
+# Higher is better for these; lower for the rest (used by tables and benchmarks).
+HIGHER_IS_BETTER = {"alloc_gpu", "alloc_cpu", "alloc_mem", "gpu_alloc_at_100",
+                    "gpu_alloc_at_target", "util_mean"}
+
+
+class FragTracker:
+    """Keeps every node's ``F_n`` current with one-node updates after each change."""
+
+    def __init__(self, state: ClusterState, typical: TypicalPods | None) -> None:
+        self.state = state
+        self.model = (FragmentationModel(typical, len(state.nodes.models))
+                      if typical is not None else None)
+        self.per_node = np.zeros(len(state.nodes))
+        if self.model is not None:
+            self.per_node = self.model.node_frag(state.cpu_free, state.gpu_free,
+                                                 state.nodes.model) * state.alive
+        self.total = float(self.per_node.sum())
+
+    def update(self, node: int) -> None:
+        if self.model is None:
+            return
+        s = self.state
+        f = 0.0
+        if s.alive[node]:
+            f = float(self.model.node_frag(s.cpu_free[node:node + 1], s.gpu_free[node:node + 1],
+                                           s.nodes.model[node:node + 1])[0])
+        self.total += f - self.per_node[node]
+        self.per_node[node] = f
+
+    def refresh(self) -> None:
+        """Recompute every node (after bulk changes, and to shed float drift)."""
+        if self.model is None:
+            return
+        s = self.state
+        self.per_node = self.model.node_frag(s.cpu_free, s.gpu_free, s.nodes.model) * s.alive
+        self.total = float(self.per_node.sum())
+
+
+def binned_curve(arrived_pct: np.ndarray, values: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """The FGD artefact's per-percent columns: mean of samples whose arrived % rounds to x.
+
+    Python's ``round`` (half to even) as upstream; an empty bin widens to x±1; a bin with
+    no sample at all is NaN.
+    """
+    bins = np.round(arrived_pct)  # numpy rounds half to even too
+    out = np.full(len(xs), np.nan)
+    order = np.argsort(bins, kind="stable")
+    sb = bins[order]
+    for i, x in enumerate(xs):
+        lo, hi = np.searchsorted(sb, x, "left"), np.searchsorted(sb, x, "right")
+        if hi == lo:
+            lo, hi = np.searchsorted(sb, x - 1, "left"), np.searchsorted(sb, x + 1, "right")
+        if hi > lo:
+            out[i] = float(values[order[lo:hi]].mean())
+    return out
+
+
+def snapshot_metrics(state: ClusterState, frag: FragTracker) -> dict[str, float]:
+    """Allocation and fragmentation metrics of the current state (alive nodes only)."""
+    s, alive = state, state.alive
+    cap_cpu, cap_mem = s.nodes.cpu[alive], s.nodes.mem[alive]
+    gpu_cap = float(s.nodes.gpu[alive].sum()) * 1000.0
+    gpu_idle = float(s.gpu_free[alive].sum())
+    out = {
+        "alloc_cpu": 100.0 * float(s.cpu_req[alive].sum()) / max(float(cap_cpu.sum()), 1.0),
+        "alloc_mem": 100.0 * float(s.mem_req[alive].sum()) / max(float(cap_mem.sum()), 1.0),
+        "alloc_gpu": 100.0 * (gpu_cap - gpu_idle) / gpu_cap if gpu_cap else float("nan"),
+        "gpu_frag_rate": 100.0 * frag.total / gpu_idle if gpu_idle else 0.0,
+        "gpu_frag_amount": 100.0 * frag.total / gpu_cap if gpu_cap else float("nan"),
+        "frag_ratio": 100.0 * fragmentation_ratio(cap_cpu - s.cpu_req[alive], cap_cpu,
+                                                  cap_mem - s.mem_req[alive], cap_mem),
+    }
+    if frag.model is None:
+        out["gpu_frag_rate"] = out["gpu_frag_amount"] = float("nan")
+    return out
+
+
+def utilisation(state: ClusterState) -> np.ndarray:
+    """Real CPU utilisation (%) of each alive node."""
+    alive = state.alive
+    return 100.0 * state.cpu_used[alive] / state.nodes.cpu[alive]
+
+
+def latency_stats(latencies: list[float] | np.ndarray) -> tuple[float, float]:
+    """Mean and p99 of pending latencies (0, 0 when nothing waited)."""
+    a = np.asarray(latencies, dtype=np.float64)
+    if len(a) == 0:
+        return 0.0, 0.0
+    return float(a.mean()), float(np.percentile(a, 99))
+
+
+def mean_ci95(values: list[float] | np.ndarray) -> tuple[float, float]:
+    """Mean and the half-width of its 95% confidence interval (Student t)."""
+    a = np.asarray([v for v in values if v == v], dtype=np.float64)  # drop NaN
+    if len(a) == 0:
+        return float("nan"), float("nan")
+    if len(a) == 1:
+        return float(a[0]), 0.0
+    from scipy import stats
+
+    half = float(stats.t.ppf(0.975, len(a) - 1) * a.std(ddof=1) / np.sqrt(len(a)))
+    return float(a.mean()), half

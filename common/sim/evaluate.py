@@ -1,0 +1,225 @@
+"""The evaluation harness behind ``fedsched evaluate``: policies x seeds, mean and 95% CI.
+
+Honest by default: the pod list is split by a stable hash of the pod name
+(:func:`fedsched.common.model.traces.split_by_hash`); every statistic a policy may learn from
+(FGD's typical pods, a learned policy's training data) comes from the *train* part, and
+the workload the policies are judged on is drawn from the *test* part. ``split=None``
+uses the whole list for both, which is the published FGD protocol.
+
+Runs are independent (one policy, one seed) and fan out over worker processes; the same
+seeds give the same numbers whatever the worker count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedsched.common.model.cluster import NodeTable, PodTable
+from fedsched.common.model.fragmentation import TypicalPods
+from fedsched.common.model.metrics import HIGHER_IS_BETTER, METRICS, mean_ci95
+from fedsched.common.model.traces import split_by_hash
+from fedsched.common.schedulers import SchedulerContext, make_scheduler
+from fedsched.common.sim.packing import CURVE_X, run_packing
+
+
+@dataclass
+class EvalSpec:
+    """One evaluation: a cluster, a pod list, policies and seeds."""
+
+    nodes: NodeTable
+    pods: PodTable
+    policies: list[str]
+    seeds: list[int]
+    mode: str = "packing"  # packing | replay
+    target_load: float = 1.3  # packing: arrived requests as a multiple of capacity
+    test_fraction: float | None = 0.3  # hash split; None = no split (published protocol)
+    train_pods: PodTable | None = None  # explicit statistics source (overrides the split)
+    replay_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunOutput:
+    policy: str
+    seed: int
+    metrics: dict[str, float]
+    curve: list[float] | None  # packing: allocation % at CURVE_X arrived %
+
+
+def _split(spec: EvalSpec) -> tuple[PodTable, PodTable]:
+    """(statistics pods, workload pods)."""
+    if spec.train_pods is not None:
+        return spec.train_pods, spec.pods
+    if spec.test_fraction is None:
+        return spec.pods, spec.pods
+    train, test = split_by_hash(spec.pods, spec.test_fraction)
+    return train, test
+
+
+def single_threaded() -> None:
+    """One BLAS/torch thread per run: the runs are the parallelism, and scoring one pod is a
+    few small matrix products where extra threads only add overhead."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
+def run_one(spec: EvalSpec, policy: str, seed: int) -> RunOutput:
+    """One policy on one seed; also the unit of work of the process pool."""
+    single_threaded()
+    train, work = _split(spec)
+    typical = TypicalPods.from_pods(train)
+    ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(seed + 1_000_003))
+    scheduler = make_scheduler(policy, ctx)
+    if spec.mode == "packing":
+        res = run_packing(spec.nodes, work, scheduler, target_load=spec.target_load, seed=seed,
+                          typical=typical)
+        return RunOutput(policy, seed, res.metrics, [float(v) for v in res.curve(CURVE_X)])
+    if spec.mode == "replay":
+        from fedsched.common.sim.replay import ReplayConfig, run_replay
+
+        cfg = ReplayConfig(**spec.replay_options)
+        res = run_replay(spec.nodes, work, scheduler, config=cfg, seed=seed, typical=typical)
+        return RunOutput(policy, seed, res.metrics, None)
+    raise ValueError(f"unknown mode {spec.mode!r}: expected packing or replay")
+
+
+def _run_star(args: tuple[EvalSpec, str, int]) -> RunOutput:
+    return run_one(*args)
+
+
+def evaluate(spec: EvalSpec, jobs: int | None = None,
+             progress: Callable[[int, int, RunOutput], None] | None = None) -> dict[str, Any]:
+    """Run every (policy, seed) and aggregate: ``{"policies": {NAME: {METRIC: {mean, ci95}}}}``.
+
+    The result also carries ``runs`` (per-seed metrics) and, in packing mode, ``curves``
+    (mean allocation % against arrived % per policy) for the plot.
+    """
+    train, _ = _split(spec)
+    for p in spec.policies:  # fail fast on unknown names, before any worker starts
+        make_scheduler(p, SchedulerContext(train_pods=train))
+    tasks = [(spec, p, s) for p in spec.policies for s in spec.seeds]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    outputs: list[RunOutput] = []
+    if jobs == 1:
+        for t in tasks:
+            outputs.append(_run_star(t))
+            if progress:
+                progress(len(outputs), len(tasks), outputs[-1])
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(_run_star, t) for t in tasks]
+            for f in as_completed(futures):
+                outputs.append(f.result())
+                if progress:
+                    progress(len(outputs), len(tasks), outputs[-1])
+    return aggregate(spec, outputs)
+
+
+def aggregate(spec: EvalSpec, outputs: list[RunOutput]) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "mode": spec.mode, "seeds": list(spec.seeds), "target_load": spec.target_load,
+        "split": "none" if spec.test_fraction is None and spec.train_pods is None else "hash",
+        "policies": {}, "runs": {}, "curves": {"x": [int(x) for x in CURVE_X]},
+    }
+    for p in spec.policies:
+        runs = sorted((o for o in outputs if o.policy == p), key=lambda o: o.seed)
+        result["runs"][p] = {str(o.seed): o.metrics for o in runs}
+        result["policies"][p] = {}
+        for m in METRICS:
+            mean, ci = mean_ci95([o.metrics.get(m, float("nan")) for o in runs])
+            result["policies"][p][m] = {"mean": mean, "ci95": ci}
+        curves = [o.curve for o in runs if o.curve is not None]
+        if curves:
+            arr = np.array(curves)
+            ok = ~np.isnan(arr)
+            mean = np.where(ok.any(axis=0), np.nansum(arr, axis=0) / np.maximum(ok.sum(axis=0), 1), np.nan)
+            result["curves"][p] = [float(v) for v in mean]
+    return result
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """Metrics as rows, policies as columns, ``mean ± ci95``; the best value marked ``*``."""
+    pols = list(result["policies"])
+    rows = [m for m in METRICS if any(result["policies"][p][m]["mean"] == result["policies"][p][m]["mean"]
+                                      for p in pols)]
+    cells = {}
+    for m in rows:
+        means = {p: result["policies"][p][m]["mean"] for p in pols}
+        valid = {p: v for p, v in means.items() if v == v}
+        best = (max if m in HIGHER_IS_BETTER else min)(valid.values()) if valid else None
+        for p in pols:
+            v, ci = means[p], result["policies"][p][m]["ci95"]
+            distinct = len(set(valid.values())) > 1
+            mark = "*" if best is not None and v == best and distinct else " "
+            cells[m, p] = "n/a" if v != v else f"{v:.2f} ± {ci:.2f}{mark}"
+    w0 = max(len(m) for m in rows) + 2
+    widths = {p: max(len(p), *(len(cells[m, p]) for m in rows)) + 2 for p in pols}
+    lines = ["metric".ljust(w0) + "".join(p.rjust(widths[p]) for p in pols)]
+    lines.append("-" * len(lines[0]))
+    for m in rows:
+        lines.append(m.ljust(w0) + "".join(cells[m, p].rjust(widths[p]) for p in pols))
+    n = len(result["seeds"])
+    lines.append(f"({result['mode']}, {n} seeds, mean ± 95% CI half-width; * best; split: {result['split']})")
+    return "\n".join(lines)
+
+
+def write_json(result: dict[str, Any], path: str | Path) -> None:
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and x != x:
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [clean(v) for v in x]
+        return x
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(clean(result), indent=2))
+
+
+def plot(result: dict[str, Any], path: str | Path) -> None:
+    """Allocation against arrived load, one line per policy (packing mode)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    x = np.array(result["curves"]["x"])
+    drawn = 0
+    for p in result["policies"]:
+        if p in result["curves"]:
+            ax.plot(x, result["curves"][p], label=p)
+            drawn += 1
+    if drawn == 0:  # replay: a bar chart of the headline metrics instead
+        ms = ["alloc_cpu", "alloc_gpu", "util_mean"]
+        pols = list(result["policies"])
+        for k, m in enumerate(ms):
+            ax.bar(np.arange(len(pols)) + k * 0.25, [result["policies"][p][m]["mean"] or 0 for p in pols],
+                   width=0.25, label=m)
+        ax.set_xticks(np.arange(len(pols)) + 0.25, pols, rotation=20)
+        ax.set_ylabel("%")
+    else:
+        ax.plot(x, x, color="grey", lw=0.8, ls=":", label="arrived")
+        ax.set_xlabel("arrived requests (% of capacity)")
+        ax.set_ylabel("allocated (% of capacity)")
+        ax.set_xlim(50, x.max())
+        ax.set_ylim(50, 100)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title(f"fedsched evaluate ({result['mode']}, {len(result['seeds'])} seeds)")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

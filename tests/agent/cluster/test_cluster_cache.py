@@ -1,0 +1,159 @@
+"""The agent's cluster cache fed with API-server JSON (NodeList / PodList, watch-style updates).
+
+No API server can run here (kube-apiserver is not obtainable from the package registries), so
+the cache is tested with Kubernetes API objects in the wire format (tests/data/k8s/) and, in
+test_k8s_watch.py, through the official client against a local server speaking the API.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from fedsched.agent.cluster.cache import ClusterCache
+from tests.extender_support import snapshot
+from tests.paths import TEST_DATA
+
+K8S = TEST_DATA / "k8s"
+
+
+@pytest.fixture
+def objects() -> tuple[list[dict], list[dict]]:
+    return (
+        json.loads((K8S / "nodes.json").read_text())["items"],
+        json.loads((K8S / "pods.json").read_text())["items"],
+    )
+
+
+def _ids(cache: ClusterCache, name: str) -> int:
+    return cache.index[name]
+
+
+def test_full_resync_counts_bound_running_pods_only(objects):
+    nodes, pods = objects
+    cache = ClusterCache()
+    cache.replace_all(nodes, pods)
+    assert cache.synced and len(cache.index) == 6
+    s = cache.state
+    a, b = _ids(cache, "cpu-node-a"), _ids(cache, "cpu-node-b")
+    assert s.cpu_req[a] == 500  # web; the Succeeded backup pod does not count
+    # redis 1000m + etl max(750m, init 2000m) + BestEffort debug shell 0
+    assert s.cpu_req[b] == 1000 + 2000 and s.mem_req[b] == 2048 + 4096
+    assert s.cpu_req_nz[b] == 1000 + 2000 + 100  # kube's non-zero default for scoring
+    v = _ids(cache, "gpu-v100-0")
+    assert s.cpu_req[v] == 8000 + 50 and (s.gpu_free[v] == 0).sum() == 2  # two whole GPUs taken
+    t4 = _ids(cache, "gpu-t4-0")
+    assert sorted(s.gpu_free[t4][:4].tolist()) == [500, 1000, 1000, 1000]  # the shared half GPU
+    assert "llama-finetune-9fz2c" not in {b.uid for b in cache.pods.values()}
+    assert len(cache.pods) == 7  # all bound, non-terminal pods, the device-plugin DaemonSet pod too
+    assert cache.table.models == ("Tesla-T4", "Tesla-V100-SXM2-16GB")
+    # cordoned and NotReady nodes are known but not schedulable
+    assert not cache.schedulable[_ids(cache, "cpu-node-c")]
+    assert not cache.schedulable[_ids(cache, "gpu-v100-1")]
+    assert cache.schedulable[a] and cache.tainted[t4]
+
+
+def test_watch_style_updates_move_the_state(objects):
+    nodes, pods = objects
+    cache = ClusterCache()
+    cache.replace_all(nodes, [])
+    pending = next(p for p in pods if p["metadata"]["name"] == "llama-finetune-9fz2c")
+    cache.upsert_pod(pending)  # Pending, no node: nothing counted
+    assert not cache.pods
+    bound = copy.deepcopy(pending)
+    bound["spec"]["nodeName"] = "gpu-v100-0"
+    bound["status"]["phase"] = "Running"
+    seen = []
+    cache.on_bound.append(seen.append)
+    cache.upsert_pod(bound)
+    v = _ids(cache, "gpu-v100-0")
+    assert cache.state.cpu_req[v] == 48000 and (cache.state.gpu_free[v] == 0).all()
+    cache.upsert_pod(bound)  # MODIFIED with the same content: no double counting
+    assert cache.state.cpu_req[v] == 48000 and len(seen) == 1
+    done = copy.deepcopy(bound)
+    done["status"]["phase"] = "Succeeded"
+    cache.upsert_pod(done)
+    assert cache.state.cpu_req[v] == 0 and (cache.state.gpu_free[v] == 1000).sum() == 8
+    cache.upsert_pod(bound)
+    cache.delete_pod(bound["metadata"]["uid"])
+    assert cache.state.cpu_req[v] == 0 and not cache.pods
+
+
+def test_pods_on_unknown_nodes_wait_for_the_node(objects):
+    nodes, pods = objects
+    cache = ClusterCache()
+    cache.replace_all([n for n in nodes if n["metadata"]["name"] != "cpu-node-a"], [])
+    web = next(p for p in pods if p["metadata"]["name"].startswith("web-"))
+    cache.upsert_pod(web)
+    assert not cache.pods and web["metadata"]["uid"] in cache.waiting
+    cache.upsert_node(next(n for n in nodes if n["metadata"]["name"] == "cpu-node-a"))
+    assert cache.state.cpu_req[_ids(cache, "cpu-node-a")] == 500 and not cache.waiting
+
+
+def test_node_updates_keep_the_pods_and_deletes_drop_them(objects):
+    nodes, pods = objects
+    cache = ClusterCache()
+    cache.replace_all(nodes, pods)
+    b = _ids(cache, "cpu-node-b")
+    before = cache.state.cpu_req[b]
+    cordon = copy.deepcopy(next(n for n in nodes if n["metadata"]["name"] == "cpu-node-b"))
+    cordon["spec"]["unschedulable"] = True
+    state = cache.state
+    cache.upsert_node(cordon)
+    assert cache.state is state and not cache.schedulable[b]  # no rebuild for a cordon
+    bigger = copy.deepcopy(cordon)
+    bigger["status"]["allocatable"]["cpu"] = "31"
+    cache.upsert_node(bigger)  # capacity moved: tables rebuilt, pods re-counted
+    b = _ids(cache, "cpu-node-b")
+    assert cache.table.cpu[b] == 31000 and cache.state.cpu_req[b] == before
+    cache.delete_node("cpu-node-b")
+    assert "cpu-node-b" not in cache.index and all(p.node != "cpu-node-b" for p in cache.pods.values())
+    assert np.isin(list(cache.index), ["cpu-node-b"]).sum() == 0
+
+
+def test_unreadable_objects_are_counted_not_fatal(objects):
+    nodes, pods = objects
+    bad_pod = copy.deepcopy(pods[0])
+    bad_pod["metadata"]["uid"] = "bad"
+    bad_pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "a lot"
+    bad_node = {"metadata": {"name": "weird"}, "status": {"allocatable": {"cpu": "-3"}}}
+    cache = ClusterCache()
+    cache.replace_all([*nodes, bad_node], [*pods, bad_pod])
+    assert "weird" not in cache.index and "bad" not in cache.pods and cache.rejected_objects == 2
+
+
+def test_telemetry_sets_real_use_trend_and_overload(objects):
+    nodes, _ = objects
+    cache = ClusterCache()
+    cache.replace_all(nodes, [])
+    a = _ids(cache, "cpu-node-a")
+    first = snapshot({"cpu-node-a": (0.5, 0.25)})
+    cache.apply_telemetry(first)
+    assert cache.state.cpu_used[a] == pytest.approx(0.5 * 7910)
+    assert cache.state.mem_used[a] == pytest.approx(0.25 * cache.table.mem[a])
+    later = snapshot({"cpu-node-a": (0.95, 0.25)})
+    object.__setattr__(later, "fetched_at", first.fetched_at + 10)
+    cache.apply_telemetry(later)
+    tel = cache.telemetry
+    assert tel.overloaded[a] and tel.overload_count[a] == 1 and tel.cpu_trend[a] > 0
+    cache.apply_telemetry(snapshot({}, up=False))  # Prometheus down: the last values stay, flagged
+    assert not cache.telemetry_up and cache.cpu_ratio[a] == 0.95
+
+
+def test_a_node_the_model_cannot_hold_is_left_out_and_the_cache_stays_whole(objects):
+    nodes, pods = objects
+    cache = ClusterCache()
+    cache.replace_all(nodes, pods)
+    dgx2 = copy.deepcopy(next(n for n in nodes if n["metadata"]["name"] == "gpu-v100-0"))
+    dgx2["metadata"]["name"] = "dgx2"
+    dgx2["status"]["allocatable"]["nvidia.com/gpu"] = "16"
+    cache.upsert_node(dgx2)
+    assert "dgx2" not in cache.index and cache.rejected_objects == 1
+    assert len(cache.infos) == len(cache.table) == len(cache.index) == 6
+    more = copy.deepcopy(nodes[0])
+    more["metadata"]["name"] = "cpu-node-z"
+    cache.upsert_node(more)  # later nodes still arrive
+    assert "cpu-node-z" in cache.index and len(cache.table) == 7

@@ -1,0 +1,295 @@
+"""Tests of ``fedsched.agent.cluster.telemetry`` against a real Prometheus server.
+
+Simulated node-exporters (``tests/prometheus_support.py``) publish node-exporter metrics whose
+counters follow a utilisation the test sets; the real ``prometheus`` binary scrapes them every
+second and evaluates the recording rules of ``agent/prometheus/recording-rules.yaml``;
+:class:`PrometheusTelemetry` reads the result through the HTTP API. The shared server runs the
+shipped rules with their range selectors shortened from 5m to a few seconds (the only change)
+so that values converge in seconds; one test runs the shipped file unchanged. Skips only when
+the ``prometheus`` binary is missing.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fedsched.agent.cluster.telemetry import (
+    QUERIES,
+    NodeUsage,
+    PrometheusTelemetry,
+    TelemetrySnapshot,
+    node_name,
+)
+from tests.prometheus_support import (
+    HOST,
+    PROMETHEUS,
+    PROMTOOL,
+    RANGE_RE,
+    RULES_FILE,
+    NodeExporterSim,
+    PrometheusServer,
+    close_to,
+    free_port,
+    rules_with_window,
+    running_prometheus,
+    wait_for,
+)
+
+needs_prometheus = pytest.mark.skipif(
+    PROMETHEUS is None, reason="prometheus not found on PATH (apt-get install prometheus)")
+
+TEST_WINDOW = "5s"  # range selectors of the test copy of the rules (upstream: 5m)
+CONVERGE_S = 25.0  # first scrape (discovery sends targets after 5 s) + the window + slack
+# node name -> initial load; node-c has no `node` label and is found by its instance "node-c:9100"
+NODES: dict[str, dict] = {
+    "node-a": {"cpu": 0.35, "mem": 0.40, "disk_mbs": 120.0, "net_mbits": 800.0, "cpus": 4},
+    "node-b": {"cpu": 0.70, "mem": 0.65, "disk_mbs": 15.0, "net_mbits": 90.0, "cpus": 8},
+    "node-c": {"cpu": 0.10, "mem": 0.20, "disk_mbs": 2.0, "net_mbits": 40.0, "cpus": 2, "node_label": False},
+    "node-d": {"cpu": 0.50, "mem": 0.50, "disk_mbs": 50.0, "net_mbits": 500.0, "cpus": 4},
+}
+
+
+def mismatch(u: NodeUsage, want: dict[str, float], now: float) -> str:
+    """Why ``u`` does not show the load ``want`` ("" when it does)."""
+    bad = []
+    if not close_to(u.cpu_ratio, want["cpu"], 0.0, 0.02):
+        bad.append(f"cpu {u.cpu_ratio:.4f} != {want['cpu']}")
+    if not close_to(u.mem_ratio, want["mem"], 0.0, 0.002):
+        bad.append(f"mem {u.mem_ratio:.4f} != {want['mem']}")
+    if not close_to(u.disk_io_mbs, want["disk_mbs"], 0.03, 0.05):
+        bad.append(f"disk {u.disk_io_mbs:.3f} != {want['disk_mbs']}")
+    if not close_to(u.net_mbits, want["net_mbits"], 0.03, 0.05):
+        bad.append(f"net {u.net_mbits:.3f} != {want['net_mbits']}")
+    if not now - 5.0 < u.timestamp <= now + 1.0:
+        bad.append(f"timestamp {now - u.timestamp:.1f}s old")
+    return "; ".join(bad)
+
+
+def shows(tel: PrometheusTelemetry, sim: NodeExporterSim, names: list[str]) -> TelemetrySnapshot | None:
+    """Refresh; the snapshot if every node in ``names`` shows its currently set load, else None."""
+    snap = tel.refresh()
+    now = time.time()
+    if not snap.up:
+        return None
+    for name in names:
+        if name not in snap.nodes or mismatch(snap.nodes[name], sim.node(name).current(), now):
+            return None
+    return snap
+
+
+def explain(tel: PrometheusTelemetry, sim: NodeExporterSim, names: list[str]) -> str:
+    snap = tel.refresh()
+    now = time.time()
+    return f"up={snap.up} error={snap.error!r} " + ", ".join(
+        f"{n}: {mismatch(snap.nodes[n], sim.node(n).current(), now) if n in snap.nodes else 'missing'}"
+        for n in names)
+
+
+def converge(tel: PrometheusTelemetry, sim: NodeExporterSim, names: list[str],
+             timeout: float = CONVERGE_S) -> TelemetrySnapshot:
+    try:
+        return wait_for(lambda: shows(tel, sim, names), timeout, what="telemetry matching the exporters")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}: {explain(tel, sim, names)}") from None
+
+
+def query_requests(prom: PrometheusServer) -> float:
+    """Prometheus' own count of /api/v1/query requests answered."""
+    with urllib.request.urlopen(f"{prom.url}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("prometheus_http_requests_total{") and 'handler="/api/v1/query"' in line)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeExporterSim, PrometheusServer]]:
+    """Four simulated nodes scraped by one Prometheus that runs the short-window rules."""
+    with NodeExporterSim() as sim:
+        for name, load in NODES.items():
+            sim.add_node(name, **load)
+        rules = rules_with_window(RULES_FILE.read_text(), TEST_WINDOW)
+        with running_prometheus(tmp_path_factory.mktemp("prometheus"), [sim.scrape_config()], rules) as prom:
+            yield sim, prom
+
+
+# ---- pure functions ------------------------------------------------------------------------------
+def test_node_name_from_labels() -> None:
+    assert node_name({"node": "worker-1", "instance": "10.0.0.7:9100"}) == "worker-1"
+    assert node_name({"instance": "worker-2:9100"}) == "worker-2"
+    assert node_name({"instance": "10.0.0.7:9100"}) == "10.0.0.7"
+    assert node_name({"instance": "worker-3"}) == "worker-3"
+    assert node_name({"instance": "[fd00::7]:9100"}) == "fd00::7"
+    assert node_name({"instance": "fd00::7"}) == "fd00::7"  # a bare IPv6 address has no port
+    assert node_name({"node": "", "instance": "w4:9100"}) == "w4"
+    assert node_name({"job": "node-exporter"}) is None
+
+
+def test_test_rules_differ_from_shipped_only_in_range() -> None:
+    shipped = RULES_FILE.read_text()
+    short = rules_with_window(shipped, TEST_WINDOW)
+    assert short != shipped
+    assert RANGE_RE.sub("[]", short) == RANGE_RE.sub("[]", shipped)
+    assert "record: instance:node_cpu:ratio" in shipped
+    assert "record: instance:node_memory_utilisation:ratio" in shipped
+
+
+def test_unreachable_url_is_down_and_never_raises() -> None:
+    url = f"http://{HOST}:{free_port()}"  # nothing listens there
+    tel = PrometheusTelemetry(url, timeout_s=1.0)
+    assert tel.snapshot.up is False and tel.snapshot.fetched_at == 0.0
+    t0 = time.monotonic()
+    snap = tel.refresh()
+    assert time.monotonic() - t0 < 1.0  # connection refused: no retries, no waiting
+    assert snap.up is False and snap.error and snap.nodes == {} and snap.fetched_at == 0.0
+    assert tel.snapshot is snap
+    assert tel.refresh().up is False
+
+
+def test_hanging_server_bounded_by_timeout() -> None:
+    """A server that accepts connections and never answers: a refresh ends after ``timeout_s``."""
+    with socket.socket() as srv:
+        srv.bind((HOST, 0))
+        srv.listen(16)  # the kernel completes the handshakes; nobody ever reads or replies
+        tel = PrometheusTelemetry(f"http://{HOST}:{srv.getsockname()[1]}", timeout_s=0.5)
+        t0 = time.monotonic()
+        snap = tel.refresh()
+        took = time.monotonic() - t0
+        assert snap.up is False and "timed out" in snap.error.lower()
+        assert 0.4 < took < 1.5
+        # stop() during a hanging refresh returns once that refresh gives up
+        calls: list[TelemetrySnapshot] = []
+        tel = PrometheusTelemetry(f"http://{HOST}:{srv.getsockname()[1]}", interval_s=0.1, timeout_s=0.5,
+                                  on_update=calls.append)
+        tel.start()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        tel.stop()
+        assert time.monotonic() - t0 < 1.5
+        assert calls and all(not s.up for s in calls)
+
+
+# ---- against the real Prometheus -----------------------------------------------------------------
+@needs_prometheus
+def test_values_match_exporters(cluster: tuple[NodeExporterSim, PrometheusServer]) -> None:
+    sim, prom = cluster
+    tel = PrometheusTelemetry(prom.url)
+    snap = converge(tel, sim, list(NODES))
+    assert snap.up and snap.error == ""
+    assert abs(snap.fetched_at - time.time()) < 5
+    assert set(snap.nodes) == set(NODES)  # node-c by its instance label, the rest by `node`
+    # one HTTP round trip per query, nothing else
+    before = query_requests(prom)
+    assert tel.refresh().up
+    assert query_requests(prom) - before == len(QUERIES)
+
+
+@needs_prometheus
+def test_changed_utilisation_shows_up(cluster: tuple[NodeExporterSim, PrometheusServer]) -> None:
+    sim, prom = cluster
+    tel = PrometheusTelemetry(prom.url)
+    converge(tel, sim, ["node-a", "node-b"])
+    sim.set("node-a", cpu=0.85, mem=0.75, disk_mbs=30.0, net_mbits=2500.0)
+    sim.set("node-b", cpu=0.05)
+    snap = converge(tel, sim, ["node-a", "node-b"], timeout=15.0)
+    a = snap.nodes["node-a"]
+    assert a.cpu_ratio == pytest.approx(0.85, abs=0.02) and a.mem_ratio == pytest.approx(0.75, abs=0.002)
+    assert snap.nodes["node-b"].mem_ratio == pytest.approx(NODES["node-b"]["mem"], abs=0.002)
+
+
+@needs_prometheus
+def test_dropped_node_vanishes(cluster: tuple[NodeExporterSim, PrometheusServer]) -> None:
+    sim, prom = cluster
+    tel = PrometheusTelemetry(prom.url)
+    converge(tel, sim, ["node-d"])
+    sim.drop("node-d")
+    snap = wait_for(lambda: (s := tel.refresh()).up and "node-d" not in s.nodes and s, 10.0,
+                    what="node-d gone from the telemetry")
+    assert {"node-a", "node-b", "node-c"} <= set(snap.nodes)
+    # Prometheus itself sees the dead exporter
+    up = {r["metric"].get("node") or r["metric"]["instance"]: r["value"][1] for r in prom.query("up")}
+    assert up["node-d"] == "0" and up["node-a"] == "1"
+    converge(tel, sim, ["node-a", "node-b", "node-c"], timeout=10.0)
+
+
+@needs_prometheus
+def test_background_thread_calls_on_update(cluster: tuple[NodeExporterSim, PrometheusServer]) -> None:
+    _sim, prom = cluster
+    calls: list[TelemetrySnapshot] = []
+    done = threading.Event()
+
+    def on_update(snap: TelemetrySnapshot) -> None:
+        calls.append(snap)
+        if len(calls) >= 3 and {"node-a", "node-b"} <= set(snap.nodes):
+            done.set()
+
+    tel = PrometheusTelemetry(prom.url, interval_s=0.2, on_update=on_update)
+    tel.start()
+    tel.start()  # a second start does not start a second thread
+    try:
+        assert done.wait(CONVERGE_S), f"on_update called {len(calls)} times, last {calls[-1:]}"
+        assert sum(t.name == "prometheus-telemetry" for t in threading.enumerate()) == 1
+    finally:
+        t0 = time.monotonic()
+        tel.stop()
+        took = time.monotonic() - t0
+    assert took < 1.0
+    n = len(calls)
+    time.sleep(0.5)
+    assert len(calls) == n  # no refresh after stop()
+    assert all(s.up for s in calls) and tel.snapshot is calls[-1]
+    assert {"node-a", "node-b"} <= set(calls[-1].nodes)
+    assert not any(t.name == "prometheus-telemetry" for t in threading.enumerate())
+    tel.start()  # and it can be started again
+    try:
+        wait_for(lambda: len(calls) > n, 5.0, what="refresh after restart")
+    finally:
+        tel.stop()
+
+
+@needs_prometheus
+def test_shipped_rules_then_prometheus_stops(tmp_path: Path) -> None:
+    """The shipped rules file as it is, in Prometheus 2.42; then Prometheus goes away."""
+    if PROMTOOL is not None:
+        check = subprocess.run([PROMTOOL, "check", "rules", str(RULES_FILE)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert "2 rules found" in check.stdout
+    with NodeExporterSim() as sim:
+        sim.add_node("node-a", cpu=0.6, mem=0.3, disk_mbs=10.0, net_mbits=100.0)
+        sim.add_node("node-c", cpu=0.4, mem=0.8, disk_mbs=1.0, net_mbits=10.0, node_label=False)
+        with running_prometheus(tmp_path / "prometheus", [sim.scrape_config()]) as prom:
+            tel = PrometheusTelemetry(prom.url)
+
+            def ready() -> TelemetrySnapshot | None:
+                s = tel.refresh()
+                ok = s.up and all(n in s.nodes and math.isfinite(s.nodes[n].cpu_ratio)
+                                  and math.isfinite(s.nodes[n].disk_io_mbs) for n in ("node-a", "node-c"))
+                return s if ok else None
+
+            last = wait_for(ready, CONVERGE_S, what="shipped rules evaluated for both nodes")
+            groups = prom.api("rules")["groups"]
+            rules = {r["name"]: r for g in groups for r in g["rules"]}
+            assert set(rules) == {"instance:node_cpu:ratio", "instance:node_memory_utilisation:ratio"}
+            assert all(r["health"] == "ok" and not r.get("lastError") for r in rules.values()), rules
+            for name, (cpu, mem) in {"node-a": (0.6, 0.3), "node-c": (0.4, 0.8)}.items():
+                u = last.nodes[name]
+                assert u.mem_ratio == pytest.approx(mem, abs=0.002)  # a gauge ratio: exact at once
+                # rate(...[5m]) over a few seconds of samples divides by the whole 5 minutes
+                assert 0.0 < u.cpu_ratio < 0.25 * cpu
+                assert u.net_mbits == pytest.approx(sim.node(name).current()["net_mbits"], rel=0.03)
+
+            prom.stop()
+            assert prom.proc.poll() is not None
+            for _ in range(2):
+                snap = tel.refresh()
+                assert snap.up is False and snap.error
+                assert snap.nodes == last.nodes and snap.fetched_at == last.fetched_at
+            assert tel.snapshot is snap

@@ -1,0 +1,79 @@
+"""``fedsched serve`` as a process: options, config file, refusals, clean shutdown."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from fedsched.agent.cluster.k8s_objects import pod_to_json
+from fedsched.agent.serving.decision_log import DecisionLog
+from fedsched.common.model.cluster import Pod
+from fedsched.common.model.traces import builtin_trace
+from tests.extender_support import serve_process
+
+NODES = str(builtin_trace("openb_node_list_gpu_node.csv"))
+
+
+def fedsched(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "fedsched.common.cli.main", *args], capture_output=True, text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "learned", "--insecure"], "only allowed with --cluster-csv"),
+        (["--policy", "learned", "--cluster-csv", NODES], "mutual TLS needs"),
+        (["--cluster-csv", NODES, "--insecure"], "--policy is required"),
+        (["--policy", "nope.pt", "--cluster-csv", NODES, "--insecure"], "no such checkpoint"),
+        (["--policy", "learned", "--cluster-csv", NODES, "--insecure", "--mode", "yolo"], "mode must be"),
+        (
+            ["--policy", "learned", "--cluster-csv", NODES, "--insecure", "--cpu-threshold", "1.5"],
+            "cpu_threshold",
+        ),
+    ],
+)
+def test_bad_options_are_refused_with_a_clear_message(args, message):
+    r = fedsched("serve", *args)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
+
+
+def test_unknown_config_keys_are_refused(tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("policy: learned\nbudget_ms: 5\nbudgett-ms: 3\n")
+    r = fedsched("serve", "--config", str(cfg))
+    assert r.returncode == 2 and "unknown option 'budgett-ms'" in r.stderr
+
+
+def test_serve_local_mode_from_a_config_file_and_stop_cleanly(tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(
+        f"policy: learned\ncluster-csv: {NODES}\ninsecure: true\nport: 0\nhost: 127.0.0.1\n"
+        f"budget-ms: 50\ndecision-log: {tmp_path / 'log'}\noutcome-horizon: 3600\n"
+    )
+    with serve_process("--config", str(cfg), "--log-format", "json") as sp:
+        with urllib.request.urlopen(sp.base + "/readyz", timeout=10) as r:
+            assert r.status == 200
+        pod = pod_to_json(Pod(-1, 1000, 1024, 0, 0, 0, 1), "p", uid="u1")
+        body = json.dumps({"Pod": pod, "NodeNames": ["openb-node-0000", "openb-node-0001"]}).encode()
+        req = urllib.request.Request(sp.url + "/prioritize", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            out = json.loads(r.read())
+        host = max(out, key=lambda h: h["Score"])["Host"]
+        bind = json.dumps({"PodName": "p", "PodNamespace": "d", "PodUID": "u1", "Node": host}).encode()
+        with urllib.request.urlopen(urllib.request.Request(sp.url + "/bind", bind), timeout=10) as r:
+            assert json.loads(r.read()) == {"Error": ""}
+    assert sp.proc.returncode == 0, sp.stderr
+    logs = [json.loads(x) for x in sp.stderr.splitlines() if x.startswith("{")]
+    assert logs and all(x["model_version"] not in ("", "-") for x in logs)
+    assert any("shutting down" in x["msg"] for x in logs)
+    # the bound decision was written at shutdown with the outcome seen so far: nothing lost
+    assert len(DecisionLog(Path(tmp_path / "log"))) == 1
