@@ -22,6 +22,7 @@ import torch
 
 from fedsched.agent.learning.env import SchedulingEnv
 from fedsched.agent.serving.decision_log import DecisionLog
+from fedsched.common.learning.kinds import WEIGHTS, kind_of
 from fedsched.common.learning.records import Decision
 from fedsched.common.schedulers import Scheduler
 from fedsched.common.schedulers.base import Placement
@@ -110,7 +111,7 @@ def fit(policy: torch.nn.Module, log: list[Decision], cfg: BCConfig,
     the scores its weights imply: the node distribution is ``softmax(x . w / temperature)``
     (a small temperature: a weighted score's differences between nodes are fractions).
     """
-    weights = getattr(policy, "KIND", "") == "weights"
+    weights = kind_of(policy) == WEIGHTS
     rng = np.random.default_rng(cfg.seed)
     params = policy.actor.parameters() if weights else policy.parameters()
     opt = torch.optim.Adam(params, lr=cfg.learning_rate)

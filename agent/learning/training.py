@@ -42,7 +42,8 @@ from fedsched.agent.learning.env import EnvConfig, SchedulingEnv
 from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
 from fedsched.agent.learning.td3 import TD3Config, TD3Trainer
 from fedsched.common.learning.checkpoint import data_hash, load_checkpoint, save_checkpoint
-from fedsched.common.learning.scorers import PolicyScheduler
+from fedsched.common.learning.kinds import NODE_SCORING, WEIGHTS, kind_of
+from fedsched.common.learning.scorers import scorer_for
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.traces import fits_somewhere, slice_cluster, split_train_val_test
@@ -109,11 +110,7 @@ class _CsvLog:
 
 def scheduler_for(policy: Any, typical: TypicalPods):
     """The scorer-interface adapter of a policy network of either kind."""
-    if getattr(policy, "KIND", "") == "weights":
-        from fedsched.common.learning.scorers import WeightScheduler
-
-        return WeightScheduler(policy, typical)
-    return PolicyScheduler(policy, typical)
+    return scorer_for(policy, typical)
 
 
 def _held_out(spec: TrainSpec, train: PodTable, val: PodTable, typical: TypicalPods):
@@ -267,7 +264,7 @@ def _run_finetune(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, ty
     hyper = {"mode": spec.mode, "target_load": spec.target_load, "test_fraction": spec.test_fraction,
              "val_fraction": spec.val_fraction, "eval_nodes": spec.eval_nodes, "eval_seed": spec.eval_seed,
              **{k: v for k, v in asdict(spec.bc).items() if k != "samples"}, "window": spec.window,
-             "policy_kind": getattr(policy, "KIND", "node-scoring")}
+             "policy_kind": kind_of(policy)}
     log_info = summarize(records)
     extra = {"eval_metric": metric, "best_eval": best, "eval_before": before, "eval_after": after,
              "init_checkpoint": str(spec.init), "init_algorithm": init_meta.get("algorithm"),
@@ -334,10 +331,10 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
                              "use a new --out directory")
     elif spec.init is not None:
         policy, _, _ = load_checkpoint(spec.init)
-    want = "weights" if spec.algo == "td3" else "node-scoring"
-    if policy is not None and getattr(policy, "KIND", "node-scoring") != want:
+    want = WEIGHTS if spec.algo == "td3" else NODE_SCORING
+    if policy is not None and kind_of(policy) != want:
         raise ValueError(f"{spec.algo} trains a {want} policy; the given checkpoint holds a "
-                         f"{getattr(policy, 'KIND', 'node-scoring')} policy")
+                         f"{kind_of(policy)} policy")
     trainer: Any = (TD3Trainer(envs, spec.td3, policy) if spec.algo == "td3"
                     else PPOTrainer(envs, spec.ppo, policy))
     if resume_state is not None:

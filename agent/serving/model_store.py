@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedsched.common.learning.checkpoint import CheckpointError
-from fedsched.common.learning.scorers import PolicyScheduler, WeightScheduler
+from fedsched.common.learning.kinds import NODE_SCORING, WEIGHTS, kind_of
+from fedsched.common.learning.scorers import WeightScheduler, scorer_for
 from fedsched.common.schedulers import SHIPPED, Scheduler, SchedulerContext, default_policy_path
 
 log = logging.getLogger("fedsched.serve")
@@ -37,7 +38,7 @@ class LoadedModel:
 
     @property
     def kind(self) -> str:
-        return "weights" if isinstance(self.scheduler, WeightScheduler) else "node-scoring"
+        return WEIGHTS if isinstance(self.scheduler, WeightScheduler) else NODE_SCORING
 
 
 def resolve_policy_path(policy: str) -> Path:
@@ -60,11 +61,8 @@ def load_model(path: Path, backend: str = "numpy") -> LoadedModel:
     version = file_version(path)
     policy, meta, _ = load_checkpoint(path)
     typical = typical_from_dict(meta.get("typical_pods"))
-    ctx = SchedulerContext()
-    if getattr(policy, "KIND", "") == "weights":
-        sched: Scheduler = WeightScheduler(policy, typical, ctx, name=f"{path.name}@{version}")
-    else:
-        sched = PolicyScheduler(policy, typical, ctx, name=f"{path.name}@{version}", backend=backend)
+    options = {"backend": backend} if kind_of(policy) == NODE_SCORING else {}
+    sched = scorer_for(policy, typical, SchedulerContext(), name=f"{path.name}@{version}", **options)
     return LoadedModel(sched, version, str(path), time.time())
 
 

@@ -25,7 +25,7 @@ from fedsched.common.learning.features import (
     NODE_FEATURES,
     POD_FEATURES,
 )
-from fedsched.common.learning.nets import NodeScoringPolicy, PolicyConfig
+from fedsched.common.learning.kinds import KINDS, NODE_SCORING, build, kind_of
 from fedsched.common.model.cluster import PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 
@@ -71,7 +71,7 @@ def save_checkpoint(path: str | Path, policy: nn.Module, *, algorithm: str,
         "format": CHECKPOINT_FORMAT, "feature_schema": FEATURE_SCHEMA_VERSION,
         "node_features": list(NODE_FEATURES), "pod_features": list(POD_FEATURES),
         "context_features": list(CONTEXT_FEATURES), "algorithm": algorithm,
-        "hyperparameters": hyperparameters, "kind": getattr(policy, "KIND", "node-scoring"),
+        "hyperparameters": hyperparameters, "kind": kind_of(policy),
         "policy": asdict(policy.cfg),
         "typical_pods": typical_to_dict(typical), "data_hash": data,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {}),
@@ -108,15 +108,10 @@ def load_checkpoint(path: str | Path) -> tuple[Any, dict[str, Any], dict | None]
             f"({len(meta.get('node_features', []))} node features), this fedsched uses schema "
             f"{FEATURE_SCHEMA_VERSION} ({len(NODE_FEATURES)} node features); retrain or use a "
             "matching fedsched version")
-    kind = meta.get("kind", "node-scoring")
-    if kind == "weights":
-        from fedsched.common.learning.nets import WeightPolicy, WeightPolicyConfig
-
-        policy: nn.Module = WeightPolicy(WeightPolicyConfig(**meta["policy"]))
-    elif kind == "node-scoring":
-        policy = NodeScoringPolicy(PolicyConfig(**meta["policy"]))
-    else:
+    kind = meta.get("kind", NODE_SCORING)
+    if kind not in KINDS:
         raise CheckpointError(f"{path}: unknown policy kind {kind!r}")
+    policy = build(kind, meta["policy"])
     policy.load_state_dict(blob["state_dict"])
     policy.eval()
     return policy, meta, blob.get("optimizer")

@@ -70,7 +70,6 @@ class WeightPolicyConfig:
 class WeightPolicy(nn.Module):
     """Actor (summary -> weight logits) and twin critics Q(summary, weights)."""
 
-    KIND = "weights"
 
     def __init__(self, cfg: WeightPolicyConfig | None = None) -> None:
         super().__init__()

@@ -21,6 +21,7 @@ from fedsched.common.learning.features import (
     FeatureBuilder,
     Features,
 )
+from fedsched.common.learning.kinds import NODE_SCORING, WEIGHTS, kind_of
 from fedsched.common.learning.nets import NodeScoringPolicy, WeightPolicy, gpu_mask, weight_inputs
 from fedsched.common.model.cluster import ClusterState, Pod
 from fedsched.common.model.fragmentation import TypicalPods
@@ -30,10 +31,14 @@ from fedsched.common.schedulers.base import Scheduler, SchedulerContext
 def scheduler_from_checkpoint(path: str | Path, ctx: SchedulerContext | None = None) -> Scheduler:
     """The scorer-interface adapter for any checkpoint kind."""
     policy, meta, _ = load_checkpoint(path)
-    typical = typical_from_dict(meta.get("typical_pods"))
-    if getattr(policy, "KIND", "") == "weights":
-        return WeightScheduler(policy, typical, ctx, name=str(path))
-    return PolicyScheduler(policy, typical, ctx, name=str(path))
+    return scorer_for(policy, typical_from_dict(meta.get("typical_pods")), ctx, name=str(path))
+
+
+def scorer_for(policy: Any, typical: TypicalPods | None, ctx: SchedulerContext | None = None,
+               name: str | None = None, **options: Any) -> Scheduler:
+    """The scorer adapter of a policy network of any registered kind (``options``: the
+    adapter's own, e.g. ``backend`` for the node-scoring policy)."""
+    return SCORERS[kind_of(policy)](policy, typical, ctx, name=name, **options)
 
 
 # ---- the scorer adapter --------------------------------------------------------------------
@@ -159,3 +164,7 @@ class WeightScheduler(Scheduler):
 
     def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
         return self.features.select_gpus(state, pod, node)
+
+
+# The adapter of each policy kind (fedsched.common.learning.kinds).
+SCORERS: dict[str, type[Scheduler]] = {NODE_SCORING: PolicyScheduler, WEIGHTS: WeightScheduler}

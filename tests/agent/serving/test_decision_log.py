@@ -14,6 +14,7 @@ from fedsched.agent.serving.decision_log import DecisionLog, DecisionLogError
 from fedsched.common.cli.main import main
 from fedsched.common.learning.checkpoint import load_checkpoint
 from fedsched.common.learning.features import CONTEXT_FEATURES, NODE_FEATURES, POD_FEATURES
+from fedsched.common.learning.kinds import WEIGHTS, kind_of
 from fedsched.common.learning.records import Decision
 from fedsched.common.model.synthetic import generate_cluster, write_csvs
 from fedsched.common.schedulers import make_scheduler
@@ -252,7 +253,7 @@ def test_finetune_a_weight_policy_with_an_explicit_lr(data, tmp_path):
     assert main(["train", "--init", str(d1 / "checkpoint.pt"), "--log", str(logdir), "--lr", "3e-3",
                  "--window", "150", "--eval-every", "0", *common_args(data), "--out", str(d2)]) == 0
     policy, meta, _ = load_checkpoint(d2 / "checkpoint.pt")
-    assert policy.KIND == "weights" and meta["algorithm"] == "finetune"
+    assert kind_of(policy) == WEIGHTS and meta["algorithm"] == "finetune"
     assert meta["hyperparameters"]["learning_rate"] == 3e-3 and meta["log_decisions"] == 150
 
 
