@@ -22,14 +22,14 @@ decisions holds:
 
 The newest chunk fills up to ``chunk_size`` decisions: :meth:`DecisionLog.flush` rewrites it
 (a full chunk is never touched again, except by :meth:`DecisionLog.prune`). Every write
-goes to ``<chunk>.tmp`` and is moved into place with ``os.replace``, so a crash leaves
-either the old or the new chunk, never a half-written one; leftover ``.tmp`` files are
-ignored. One writer per directory; readers may run beside it.
+goes to a temporary file moved into place atomically
+(:func:`fedsched.common.files.atomic_file`), so a crash leaves either the old or the new
+chunk, never a half-written one; leftover ``.tmp`` files are ignored.
+One writer per directory; readers may run beside it.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsched.common.files import atomic_file
 from fedsched.common.learning.features import (
     CONTEXT_FEATURES,
     FEATURE_SCHEMA_VERSION,
@@ -249,13 +250,8 @@ class DecisionLog:
             "model_version": np.array([r.model_version for r in recs], dtype=str),
             "reward": reward, "reward_columns": np.array(columns, dtype=str),
         }
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("wb") as f:
+        with atomic_file(path) as f:
             np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(self.path)
         self._counts.pop(path, None)
 
     def _load(self, p: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -311,20 +307,6 @@ class DecisionLog:
                          best if recorded else np.array([chosen], np.int64), has_gpus=bool(a["has_gpus"][j])),
                 chosen, str(a["model_version"][j]), reward, best_recorded=recorded))
         return recs
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename durable (best effort: not every platform can open a directory)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def summarize(records: list[LoggedDecision]) -> dict[str, Any]:

@@ -4,12 +4,12 @@ atomically (the hub's checkpoint, a member's state).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from fedsched.common.files import atomic_file
 
 
 def weights_of(policy: torch.nn.Module) -> dict[str, np.ndarray]:
@@ -24,11 +24,8 @@ def load_weights(policy: torch.nn.Module, weights: dict[str, np.ndarray]) -> Non
 
 def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Write ``arrays`` to ``path`` atomically (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
+    with atomic_file(path) as f:
         np.savez(f, **arrays)
-    os.replace(tmp, path)
 
 
 def load_npz(path: Path) -> dict[str, np.ndarray] | None:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedsched.common.files import atomic_file
 from fedsched.common.learning.features import (
     CONTEXT_FEATURES,
     FEATURE_SCHEMA_VERSION,
@@ -79,9 +80,8 @@ def save_checkpoint(path: str | Path, policy: nn.Module, *, algorithm: str,
     blob = {"meta": meta, "state_dict": policy.state_dict()}
     if optimizer is not None:
         blob["optimizer"] = optimizer
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(blob, tmp)
-    tmp.replace(path)
+    with atomic_file(path) as f:
+        torch.save(blob, f)
     return path
 
 

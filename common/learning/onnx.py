@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedsched.common.files import atomic_file
 from fedsched.common.learning.features import (
     CONTEXT_FEATURES,
     FEATURE_SCHEMA_VERSION,
@@ -135,10 +136,8 @@ def _write(model_bytes: bytes, kind: str, meta: Mapping[str, Any] | None, path: 
     model.doc_string = doc
     onnx.checker.check_model(model)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    onnx.save(model, tmp)
-    tmp.replace(path)
+    with atomic_file(path) as f:
+        f.write(model.SerializeToString())  # no external data: policies are far below 2 GB
     return path
 
 

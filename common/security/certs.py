@@ -33,6 +33,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from fedsched.common.files import atomic_write
+
 CA_KEY, CA_CRT = "ca.key", "ca.crt"
 HUB_KEY, HUB_CRT = "hub.key", "hub.crt"
 CLIENTS_DIR, SERVERS_DIR = "clients", "servers"
@@ -162,29 +164,10 @@ def _new_key(use_rsa: bool) -> PrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _atomic_write(path: Path, data: bytes, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)  # exact mode whatever the umask or a leftover file said
-        with os.fdopen(fd, "wb") as f:
-            fd = -1
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _write_pair(files: CertFiles, key: PrivateKey, cert: x509.Certificate) -> None:
-    _atomic_write(files.key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    atomic_write(files.key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                serialization.NoEncryption()), 0o600)
-    _atomic_write(files.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    atomic_write(files.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
 
 
 def load_cert(path: str | os.PathLike) -> x509.Certificate:
