@@ -7,7 +7,8 @@ Sub-packages, from the bottom up (each imports only packages listed before it):
 checkpoints, scorers, ONNX export, decision records), ``sim`` (packing and replay
 simulators, the evaluation harness), ``federation`` (weight codec and I/O, run config, member
 clusters), ``security`` (certificates), ``proto`` (wire protocols), ``cli`` (the ``fedsched``
-command: one module per subcommand, loaded by name).
+command: one module per subcommand, loaded by name); ``files`` holds the one atomic-write
+helper every package uses.
 
 May import: nothing from ``fedsched.agent`` or ``fedsched.coordinator`` (checked by
 ``tests/test_architecture.py``).

@@ -7,6 +7,8 @@ import pytest
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
 
+pytest_plugins = ["tests.require_services", "pytester"]
+
 
 @pytest.fixture(scope="session")
 def openb_gpu_nodes() -> NodeTable:

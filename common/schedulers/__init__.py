@@ -2,6 +2,9 @@
 
 ``make_scheduler(name, ctx)`` builds a scheduler from a baseline name (learned policies
 register themselves here too, and a checkpoint path resolves to its policy).
+
+May import: ``fedsched.common.model``; ``fedsched.common.learning.scorers`` only lazily, inside
+the resolver of learned policies (baselines never load torch).
 """
 
 from __future__ import annotations
