@@ -12,18 +12,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from fedsched.common.schedulers.balanced_allocation import BalancedAllocation
-from fedsched.common.schedulers.base import Placement, Scheduler, SchedulerContext, default_gpu_choice, place
-from fedsched.common.schedulers.best_fit import BestFit
-from fedsched.common.schedulers.dot_product import DotProduct
-from fedsched.common.schedulers.fgd import FGD
-from fedsched.common.schedulers.gpu_clustering import GpuClustering
-from fedsched.common.schedulers.gpu_packing import GpuPacking
-from fedsched.common.schedulers.kube_default import KubeDefault
-from fedsched.common.schedulers.least_allocated import LeastAllocated
-from fedsched.common.schedulers.most_allocated import MostAllocated
-from fedsched.common.schedulers.random_score import RandomScore
-from fedsched.common.schedulers.target_load_packing import TargetLoadPacking
+from fedsched.common.schedulers.balanced_allocation import BalancedAllocation, BalancedAllocationArgs
+from fedsched.common.schedulers.base import (
+    Placement,
+    Scheduler,
+    SchedulerArgs,
+    SchedulerContext,
+    default_gpu_choice,
+    place,
+)
+from fedsched.common.schedulers.best_fit import BestFit, BestFitArgs
+from fedsched.common.schedulers.dot_product import DotProduct, DotProductArgs
+from fedsched.common.schedulers.fgd import FGD, FGDArgs
+from fedsched.common.schedulers.gpu_clustering import GpuClustering, GpuClusteringArgs
+from fedsched.common.schedulers.gpu_packing import GpuPacking, GpuPackingArgs
+from fedsched.common.schedulers.kube_default import KubeDefault, KubeDefaultArgs
+from fedsched.common.schedulers.least_allocated import LeastAllocated, LeastAllocatedArgs
+from fedsched.common.schedulers.most_allocated import MostAllocated, MostAllocatedArgs
+from fedsched.common.schedulers.random_score import RandomScore, RandomScoreArgs
+from fedsched.common.schedulers.target_load_packing import TargetLoadPacking, TargetLoadPackingArgs
 
 BASELINES: dict[str, type[Scheduler]] = {
     cls.name: cls
@@ -67,11 +74,19 @@ def _checkpoint(name: str, ctx: SchedulerContext) -> Scheduler | None:
 RESOLVERS: list[Callable[[str, SchedulerContext], Scheduler | None]] = [_checkpoint]
 
 
-def make_scheduler(name: str, ctx: SchedulerContext | None = None) -> Scheduler:
-    """A scheduler from a baseline name or anything a registered resolver accepts."""
+def make_scheduler(name: str, ctx: SchedulerContext | None = None,
+                   args: SchedulerArgs | None = None) -> Scheduler:
+    """A scheduler from a baseline name or anything a registered resolver accepts.
+
+    ``args`` must be exactly ``BASELINES[name].Args`` (or None for the defaults); anything else,
+    or arguments for a policy that is not a baseline, is a ``TypeError``.
+    """
     ctx = ctx or SchedulerContext()
     if name in BASELINES:
-        return BASELINES[name](ctx)
+        return BASELINES[name](ctx, args=args)
+    if args is not None:
+        raise TypeError(f"only baselines take scheduler arguments; {name!r} is not one "
+                        f"(got {type(args).__name__}); baselines: {', '.join(sorted(BASELINES))}")
     for resolve in RESOLVERS:
         sched = resolve(name, ctx)
         if sched is not None:
@@ -84,9 +99,21 @@ __all__ = [
     "BASELINES",
     "LEARNED",
     "RESOLVERS",
+    "BalancedAllocationArgs",
+    "BestFitArgs",
+    "DotProductArgs",
+    "FGDArgs",
+    "GpuClusteringArgs",
+    "GpuPackingArgs",
+    "KubeDefaultArgs",
+    "LeastAllocatedArgs",
+    "MostAllocatedArgs",
     "Placement",
+    "RandomScoreArgs",
     "Scheduler",
+    "SchedulerArgs",
     "SchedulerContext",
+    "TargetLoadPackingArgs",
     "default_gpu_choice",
     "default_policy_path",
     "make_scheduler",

@@ -10,12 +10,21 @@ GPU choice on a node (:meth:`Scheduler.select_gpus`): whole-GPU pods take the lo
 indexed fully free GPUs; a GPU-sharing pod goes to the fitting GPU with the least free
 share (best fit), unless a scheduler overrides it (FGD picks the GPU that minimises
 fragmentation).
+
+Arguments (modelled on kubernetes-sigs/scheduler-plugins' ``*Args``): every scheduler class
+names its typed arguments in :attr:`Scheduler.Args`, a frozen dataclass derived from
+:class:`SchedulerArgs` that validates itself in ``__post_init__`` (a ``ValueError`` naming the
+field, the value and the allowed range). A scheduler without knobs has an empty ``Args`` of
+its own, so ``dataclasses.fields(cls.Args)`` lists the knobs of any scheduler. The
+constructor takes ``args=None`` (the defaults) or an instance of exactly that type.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -34,13 +43,73 @@ class SchedulerContext:
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
 
 
+@dataclass(frozen=True)
+class SchedulerArgs:
+    """Base of every scheduler's typed arguments; empty itself (a scheduler with no knobs).
+
+    Subclasses are frozen dataclasses with one docstring line under each field and check
+    their values in ``__post_init__`` with :func:`check_int` / :func:`check_float`.
+    """
+
+
+def _interval(name: str, lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
+    """The allowed range as a chained comparison, e.g. ``0 < target_utilization < 100``."""
+    left = "" if lo is None else f"{lo} {'<' if lo_open else '<='} "
+    right = "" if hi is None else f" {'<' if hi_open else '<='} {hi}"
+    return f"{left}{name}{right}"
+
+
+def _check(args: SchedulerArgs, name: str, value: Any, lo: float | None, hi: float | None,
+           lo_open: bool, hi_open: bool, integer: bool) -> None:
+    where = f"{type(args).__name__}.{name} = {value!r}"
+    kind = "integers" if integer else "finite numbers"
+    allowed = f"allowed: {kind} with {_interval(name, lo, hi, lo_open, hi_open)}"
+    typed = not isinstance(value, bool) and (
+        isinstance(value, int) if integer
+        else isinstance(value, int | float) and math.isfinite(value))
+    if not typed:
+        raise ValueError(f"{where} is not {'an integer' if integer else 'a finite number'}; {allowed}")
+    if not ((lo is None or (value > lo if lo_open else value >= lo))
+            and (hi is None or (value < hi if hi_open else value <= hi))):
+        raise ValueError(f"{where} is out of range; {allowed}")
+
+
+def check_int(args: SchedulerArgs, name: str, lo: int | None = None, hi: int | None = None,
+              *, lo_open: bool = False, hi_open: bool = False) -> None:
+    """Refuse a non-integer or out-of-range ``args.<name>`` (bounds inclusive unless ``*_open``)."""
+    _check(args, name, getattr(args, name), lo, hi, lo_open, hi_open, integer=True)
+
+
+def check_float(args: SchedulerArgs, name: str, lo: float | None = None, hi: float | None = None,
+                *, lo_open: bool = False, hi_open: bool = False) -> None:
+    """Refuse a non-number, non-finite or out-of-range ``args.<name>``; stores it as a float."""
+    _check(args, name, getattr(args, name), lo, hi, lo_open, hi_open, integer=False)
+    object.__setattr__(args, name, float(getattr(args, name)))  # frozen: normalised once, at creation
+
+
 class Scheduler(ABC):
-    """Scores candidate nodes for a pod. Subclasses set ``name`` and implement ``score``."""
+    """Scores candidate nodes for a pod. Subclasses set ``name`` and implement ``score``.
+
+    ``Args`` is the type of the scheduler's arguments (see :class:`SchedulerArgs`);
+    ``self.args`` holds the validated instance the scheduler was built with.
+    """
 
     name: str = "abstract"
+    Args: ClassVar[type[SchedulerArgs]] = SchedulerArgs
 
-    def __init__(self, ctx: SchedulerContext | None = None) -> None:
+    def __init__(self, ctx: SchedulerContext | None = None, args: SchedulerArgs | None = None) -> None:
         self.ctx = ctx or SchedulerContext()
+        self.args = self.check_args(args)
+
+    @classmethod
+    def check_args(cls, args: SchedulerArgs | None) -> SchedulerArgs:
+        """``args``, or the defaults for None; a ``TypeError`` unless it is exactly ``cls.Args``."""
+        if args is None:
+            return cls.Args()
+        if type(args) is not cls.Args:
+            raise TypeError(f"{cls.name} takes {cls.Args.__name__} (or None for the defaults), "
+                            f"got {type(args).__name__}: {args!r}")
+        return args
 
     @abstractmethod
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:

@@ -5,19 +5,31 @@ Upstream: hkust-adsl/kubernetes-scheduler-simulator pkg/simulator/plugin/dot_pro
 pod vector ``[cpu / 128000, gpu / 8000]``; ``score = int(100 * (1 - dot / 2))``: the
 node whose free vector aligns least with the demand (the fullest fitting node) wins.
 A sharing pod takes the tightest-fitting GPU.
+
+Arguments: none (an empty ``DotProductArgs``). Upstream's GpuPluginCfg selects
+``dimExtMethod`` / ``normMethod``; fedsched implements only merge / max, so they are not
+knobs here.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from fedsched.common.model.cluster import ClusterState, Pod
-from fedsched.common.schedulers.base import Scheduler
+from fedsched.common.schedulers.base import Scheduler, SchedulerArgs
 from fedsched.common.schedulers.best_fit import MAX_SPEC_CPU, MAX_SPEC_GPU
+
+
+@dataclass(frozen=True)
+class DotProductArgs(SchedulerArgs):
+    """dot-product has no knobs (only upstream dimExtMethod=merge, normMethod=max is implemented)."""
 
 
 class DotProduct(Scheduler):
     name = "dot-product"
+    Args = DotProductArgs
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         cpu_left = (state.nodes.cpu[nodes] - state.cpu_req[nodes]).astype(np.float64)

@@ -8,9 +8,18 @@ most (or grows least) wins. A sharing pod is tried on every GPU that fits; the n
 score is its best GPU's, and that GPU (lowest index among equal scores) is the one
 reserved. Whole-GPU pods take the lowest-indexed free GPUs. The typical pods come from
 ``SchedulerContext.train_pods`` only.
+
+Arguments: ``pod_popularity_threshold`` (default 95), upstream's
+``TypicalPodsConfig.podPopularityThreshold`` as the published runs set it
+(experiments/run_scripts/generate_run_scripts.py): the typical pods are the
+most popular task classes until they cover this % of the training pods. The other fields of
+that config are fixed here (CPU-only pods included, one class per step, no GPU-resource
+weighting), and the sigmoid scale 1000 is a constant upstream too.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,7 +31,18 @@ from fedsched.common.model.fragmentation import (
     best_per_node,
     placement_deltas,
 )
-from fedsched.common.schedulers.base import Scheduler, SchedulerContext
+from fedsched.common.schedulers.base import Scheduler, SchedulerArgs, SchedulerContext, check_int
+
+
+@dataclass(frozen=True)
+class FGDArgs(SchedulerArgs):
+    """FGD's arguments (upstream ``TypicalPodsConfig`` of the FGD simulator)."""
+
+    pod_popularity_threshold: int = 95
+    """typical pods = the most popular classes covering this % of the training pods; in (0, 100]"""
+
+    def __post_init__(self) -> None:
+        check_int(self, "pod_popularity_threshold", 0, 100, lo_open=True)
 
 
 def fgd_score(delta: np.ndarray) -> np.ndarray:
@@ -31,12 +51,15 @@ def fgd_score(delta: np.ndarray) -> np.ndarray:
 
 class FGD(Scheduler):
     name = "fgd"
+    Args = FGDArgs
+    args: FGDArgs
 
-    def __init__(self, ctx: SchedulerContext | None = None) -> None:
-        super().__init__(ctx)
+    def __init__(self, ctx: SchedulerContext | None = None, args: FGDArgs | None = None) -> None:
+        super().__init__(ctx, args)
         if self.ctx.train_pods is None:
             raise ValueError("FGD needs training pods to derive its typical pods from")
-        self.typical = TypicalPods.from_pods(self.ctx.train_pods)
+        self.typical = TypicalPods.from_pods(self.ctx.train_pods,
+                                             threshold=self.args.pod_popularity_threshold / 100)
         self._models: dict[int, FragmentationModel] = {}
         self._caches: dict[int, NodeFragCache] = {}
 

@@ -6,18 +6,28 @@ tag per GPU count, ``pkg/type/open-gpu-share/utils/pod.go``); CPU-only pods scor
 everywhere. With ``base = 25 * (8000 - gpuLeft) // 8000``: +75 when the node
 runs only pods of this tag, +50 when it runs this tag among others, +25 when it runs no
 GPU pods, +0 when it runs only the other tag. A sharing pod takes the tightest-fitting GPU.
+
+Arguments: none (an empty ``GpuClusteringArgs``): upstream's plugin takes no configuration.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from fedsched.common.model.cluster import ClusterState, Pod
-from fedsched.common.schedulers.base import Scheduler
+from fedsched.common.schedulers.base import Scheduler, SchedulerArgs
+
+
+@dataclass(frozen=True)
+class GpuClusteringArgs(SchedulerArgs):
+    """gpu-clustering has no knobs (upstream GpuClusteringScorePlugin takes no configuration)."""
 
 
 class GpuClustering(Scheduler):
     name = "gpu-clustering"
+    Args = GpuClusteringArgs
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         if pod.num_gpu == 0:

@@ -11,18 +11,28 @@ fully free GPUs and ``G`` its GPU count:
 
 So a partly used GPU beats a used node's free GPU, which beats an untouched node (and
 among untouched nodes the smaller wins). A sharing pod takes the tightest-fitting GPU.
+
+Arguments: none (an empty ``GpuPackingArgs``): upstream's plugin takes no configuration.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from fedsched.common.model.cluster import MILLI_PER_GPU, ClusterState, Pod
-from fedsched.common.schedulers.base import Scheduler
+from fedsched.common.schedulers.base import Scheduler, SchedulerArgs
+
+
+@dataclass(frozen=True)
+class GpuPackingArgs(SchedulerArgs):
+    """gpu-packing has no knobs (upstream GpuPackingScorePlugin takes no configuration)."""
 
 
 class GpuPacking(Scheduler):
     name = "gpu-packing"
+    Args = GpuPackingArgs
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         if pod.num_gpu == 0:

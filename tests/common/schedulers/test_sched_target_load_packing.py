@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsched.common.schedulers import TargetLoadPacking, place
+from fedsched.common.schedulers import TargetLoadPacking, TargetLoadPackingArgs, place
 from fedsched.common.schedulers.target_load_packing import (
     go_round,
     pod_cpu_prediction,
@@ -21,10 +21,11 @@ from fedsched.common.schedulers.target_load_packing import (
 from tests.common.schedulers.sched_testkit import all_nodes, pod, state
 
 
-def tlp_scores(cap, used, p, target=40.0):
+def tlp_scores(cap, used, p, target=40):
     st = state(cpu=cap)
     st.cpu_used[:] = used
-    return TargetLoadPacking(target_percent=target).score(st, p, all_nodes(st))
+    sched = TargetLoadPacking(args=TargetLoadPackingArgs(target_utilization=target))
+    return sched.score(st, p, all_nodes(st))
 
 
 # targetloadpacking_test.go, "new node": metric 0%, the pod has no containers (prediction 0m)
@@ -80,7 +81,7 @@ def test_upstream_prediction_is_rounded_to_whole_milli():
 
 def test_custom_target():
     # target 60: U = 100*(1000+1500)/5000 = 50 <= 60 -> round(40*50/60 + 60) = round(93.33) = 93
-    np.testing.assert_array_equal(tlp_scores([5000], [1000.0], pod(cpu=1000), target=60.0), [93])
+    np.testing.assert_array_equal(tlp_scores([5000], [1000.0], pod(cpu=1000), target=60), [93])
 
 
 def test_place_packs_towards_the_target():
