@@ -1,0 +1,177 @@
+"""Online metrics of a replay run: levels over time, not counts of threshold crossings.
+
+:class:`LoadMetrics` is fed the cluster once per usage tick (``dt`` seconds of simulated
+time during which the tick's values hold) and reports, per run:
+
+- ``hot_cpu_node_s`` / ``hot_mem_node_s``: node-seconds during which the node's *windowed*
+  real use (the time-weighted mean over the last ``window_s``, 5 minutes by default, as
+  Crane's and Koordinator's load-aware schedulers judge a node) is above ``threshold``
+  (85%) of its capacity. A window makes the figure a level: noise that flickers across the
+  threshold for one tick does not count, and the result barely moves with the tick length.
+  Node-time where the node's largest pod *alone* uses more than the threshold is left out
+  of ``hot_cpu_node_s`` (no placement can avoid it) and reported as
+  ``single_pod_hot_node_s``.
+- ``throttled_cpu_core_s``: CPU demand above capacity, in core-seconds (CPU is
+  compressible: the kernel throttles what does not fit).
+- ``contended_pod_share``: the share of pod-time (running pods x seconds) spent on CPU-hot
+  nodes, in % (what users feel: how much of their work ran on a hot node).
+- ``gpu_frag_rate_avg`` / ``gpu_frag_amount_avg``: FGD's fragmentation rate (% of idle GPU
+  that typical pods cannot use) and amount (% of all GPU), time-averaged over the run.
+- ``stranded_cpu_avg`` / ``stranded_mem_avg``: a fragmentation measure that depends on
+  placement: on each node, the free share of a resource beyond the node's tightest free
+  share (CPU or memory) is stranded, since a pod needs both. Summed over nodes weighted by
+  capacity, in % of the cluster's capacity of that resource, time-averaged. (The cluster-
+  wide ``frag_ratio`` of :mod:`fedsched.common.model.metrics` compares sums over the whole
+  cluster, so every placement of the same pods gives it the same value.)
+
+OOM and pending figures come from the simulator's own counts (:func:`oom_and_pending`):
+``oom_kills_per_1k_starts``, ``oom_pods_killed`` (distinct pods), ``pending_sla_misses``
+(binds that waited longer than ``sla_s``, plus pods still waiting longer at the end).
+
+Names in :data:`LOAD_METRICS`; lower is better for all of them.
+
+May import: numpy and :mod:`fedsched.common.model.cluster`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedsched.common.model.cluster import ClusterState
+
+LOAD_METRICS = (
+    "hot_cpu_node_s", "hot_mem_node_s", "single_pod_hot_node_s", "throttled_cpu_core_s",
+    "contended_pod_share", "gpu_frag_rate_avg", "gpu_frag_amount_avg", "stranded_cpu_avg",
+    "stranded_mem_avg", "oom_kills_per_1k_starts", "oom_pods_killed", "pending_sla_misses",
+)
+
+
+@dataclass(frozen=True)
+class LoadMetricsConfig:
+    """How the online metrics judge a node."""
+
+    threshold: float = 0.85
+    """windowed real use / capacity above which a node is hot (CPU and memory)"""
+    window_s: float = 300.0
+    """length of the window the real use is averaged over (seconds of simulated time)"""
+    sla_s: float = 60.0
+    """a pod waiting longer than this for its node misses the pending SLA"""
+
+    def __post_init__(self) -> None:
+        if not self.threshold > 0:
+            raise ValueError(f"LoadMetricsConfig.threshold must be positive, got {self.threshold}")
+        if not self.window_s > 0:
+            raise ValueError(f"LoadMetricsConfig.window_s must be positive, got {self.window_s}")
+        if not self.sla_s >= 0:
+            raise ValueError(f"LoadMetricsConfig.sla_s must be >= 0, got {self.sla_s}")
+
+
+class UsageWindow:
+    """Time-weighted mean of per-node samples over the last ``window_s`` seconds.
+
+    Each sample holds for its ``dt``; the oldest samples leave once the rest cover the
+    window (whole samples: with ticks that do not divide the window the span is up to one
+    tick longer).
+    """
+
+    def __init__(self, n: int, window_s: float) -> None:
+        self.window_s = window_s
+        self._samples: deque[tuple[float, np.ndarray]] = deque()
+        self._sum = np.zeros(n)
+        self._span = 0.0
+
+    def add(self, dt: float, values: np.ndarray) -> np.ndarray:
+        """Add a sample lasting ``dt``; returns the windowed mean (including it)."""
+        v = np.array(values, dtype=np.float64)
+        self._samples.append((dt, v))
+        self._sum += dt * v
+        self._span += dt
+        while len(self._samples) > 1 and self._span - self._samples[0][0] >= self.window_s - 1e-9:
+            old_dt, old = self._samples.popleft()
+            self._sum -= old_dt * old
+            self._span -= old_dt
+        return self._sum / self._span if self._span > 0 else self._sum.copy()
+
+
+class LoadMetrics:
+    """Accumulates the tick-based online metrics of one run (see the module docstring)."""
+
+    def __init__(self, state: ClusterState, config: LoadMetricsConfig | None = None) -> None:
+        self.cfg = cfg = config or LoadMetricsConfig()
+        n = len(state.nodes)
+        self._cap_cpu = state.nodes.cpu.astype(np.float64)
+        self._cap_mem = state.nodes.mem.astype(np.float64)
+        self._cpu = UsageWindow(n, cfg.window_s)
+        self._mem = UsageWindow(n, cfg.window_s)
+        self.time = 0.0
+        self.hot_cpu = self.hot_mem = self.single = self.throttled = 0.0
+        self.pod_time = self.contended_pod_time = 0.0
+        self.frag_rate = self.frag_amount = self.stranded_cpu = self.stranded_mem = 0.0
+        self._frag_time = 0.0
+
+    def tick(self, state: ClusterState, dt: float, cpu_demand: np.ndarray, pods_per_node: np.ndarray,
+             max_pod_cpu: np.ndarray, frag_total: float | None = None) -> None:
+        """One tick lasting ``dt``: ``state.cpu_used``/``mem_used`` real use (CPU clipped at
+        capacity), ``cpu_demand`` unclipped CPU demand, ``pods_per_node`` running pods,
+        ``max_pod_cpu`` the largest running pod's CPU use per node, ``frag_total`` FGD's
+        fragmented GPU milli over the alive nodes (None: no GPU fragmentation model)."""
+        if dt <= 0:
+            return
+        alive = state.alive
+        cap_cpu, cap_mem, thr = self._cap_cpu, self._cap_mem, self.cfg.threshold
+        cpu_win = self._cpu.add(dt, state.cpu_used / cap_cpu)
+        mem_win = self._mem.add(dt, state.mem_used / cap_mem)
+        hot = (cpu_win > thr) & alive
+        single = hot & (max_pod_cpu > thr * cap_cpu)
+        self.hot_cpu += dt * int(np.count_nonzero(hot & ~single))
+        self.single += dt * int(np.count_nonzero(single))
+        self.hot_mem += dt * int(np.count_nonzero((mem_win > thr) & alive))
+        self.throttled += dt * float(np.maximum(cpu_demand - cap_cpu, 0.0)[alive].sum()) / 1000.0
+        pods = pods_per_node.astype(np.float64)
+        self.pod_time += dt * float(pods[alive].sum())
+        self.contended_pod_time += dt * float(pods[hot].sum())
+        self.time += dt
+        if alive.any():
+            f_cpu = (cap_cpu - state.cpu_req) / cap_cpu
+            f_mem = (cap_mem - state.mem_req) / cap_mem
+            usable = np.minimum(f_cpu, f_mem)
+            self.stranded_cpu += dt * 100.0 * float(((f_cpu - usable) * cap_cpu)[alive].sum()) / float(
+                cap_cpu[alive].sum())
+            self.stranded_mem += dt * 100.0 * float(((f_mem - usable) * cap_mem)[alive].sum()) / float(
+                cap_mem[alive].sum())
+        if frag_total is not None:
+            gpu_cap = float(state.nodes.gpu[alive].sum()) * 1000.0
+            gpu_idle = float(state.gpu_free[alive].sum())
+            if gpu_cap > 0:
+                self.frag_amount += dt * 100.0 * frag_total / gpu_cap
+                self.frag_rate += dt * (100.0 * frag_total / gpu_idle if gpu_idle > 0 else 0.0)
+                self._frag_time += dt
+
+    def result(self) -> dict[str, float]:
+        """The tick-based metrics so far (OOM and pending ones come from :func:`oom_and_pending`)."""
+        t, ft = self.time, self._frag_time
+        nan = float("nan")
+        return {
+            "hot_cpu_node_s": self.hot_cpu, "hot_mem_node_s": self.hot_mem,
+            "single_pod_hot_node_s": self.single, "throttled_cpu_core_s": self.throttled,
+            "contended_pod_share": 100.0 * self.contended_pod_time / self.pod_time if self.pod_time else 0.0,
+            "gpu_frag_rate_avg": self.frag_rate / ft if ft else nan,
+            "gpu_frag_amount_avg": self.frag_amount / ft if ft else nan,
+            "stranded_cpu_avg": self.stranded_cpu / t if t else nan,
+            "stranded_mem_avg": self.stranded_mem / t if t else nan,
+        }
+
+
+def oom_and_pending(starts: int, oom_kills: int, pods_killed: int, latencies: np.ndarray,
+                    waiting_s: np.ndarray, sla_s: float) -> dict[str, float]:
+    """OOM kills per 1,000 pod starts, distinct pods killed, and pending-SLA misses: binds
+    that waited longer than ``sla_s`` plus pods still waiting longer than it at the end."""
+    lat, wait = np.asarray(latencies, dtype=np.float64), np.asarray(waiting_s, dtype=np.float64)
+    return {
+        "oom_kills_per_1k_starts": 1000.0 * oom_kills / starts if starts else 0.0,
+        "oom_pods_killed": float(pods_killed),
+        "pending_sla_misses": float(np.count_nonzero(lat > sla_s) + np.count_nonzero(wait > sla_s)),
+    }
