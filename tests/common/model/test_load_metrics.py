@@ -22,7 +22,8 @@ def _state(n: int = 2, cpu: int = 4000, mem: int = 8000) -> ClusterState:
 
 
 def _tick(m: LoadMetrics, s: ClusterState, dt: float, use: list[float],
-          demand: list[float] | None = None, pods: list[int] | None = None, max_pod: list[float] | None = None, frag: float | None = None) -> None:
+          demand: list[float] | None = None, pods: list[int] | None = None,
+          max_pod: list[float] | None = None, frag: float | None = None) -> None:
     cap = s.nodes.cpu.astype(float)
     s.cpu_used[:] = np.minimum(np.asarray(use) * cap, cap)
     n = len(use)
