@@ -28,6 +28,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from harness.provenance import write_json
+
 from fedsched.coordinator.federate import FederateConfig, federate, run_flower, stop_local_superlink
 
 APP_DIR = Path(__file__).resolve().parents[1]
@@ -69,7 +71,7 @@ def main() -> int:
 
     def save() -> None:
         if args.json_out:
-            Path(args.json_out).write_text(json.dumps(result, indent=2, default=float))
+            write_json(args.json_out, result, default=float)
 
     if "main" not in skip:
         t0 = time.time()

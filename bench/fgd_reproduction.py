@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import sys
 import time
@@ -27,6 +26,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
+from harness.provenance import write_json
 
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
@@ -107,8 +107,7 @@ def main() -> int:
         print(f"order (worst to best) pub : {' < '.join(order_pub)}"
               f"  -> {'same' if order_ours == order_pub else 'DIFFERENT'}")
     if args.json_out:
-        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_out).write_text(json.dumps(out, indent=2))
+        write_json(args.json_out, out)
         print(f"wrote {args.json_out}", file=sys.stderr)
     return 0
 

@@ -17,8 +17,6 @@ Goal (agent issue): 500 candidate nodes in at most 1 ms at p99.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 import time
@@ -26,6 +24,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from harness.cpu import pin_to_core
+from harness.provenance import write_json
+from harness.stats import timing_stats
 from threadpoolctl import threadpool_limits
 
 from fedsched.common.learning.checkpoint import load_checkpoint, typical_from_dict
@@ -38,6 +39,7 @@ from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
 from fedsched.common.schedulers import KubeDefault, default_policy_path, place
 
 DEFAULT_POLICY = default_policy_path()
+POINTS = (50, 99)  # the percentiles recorded
 
 
 def cluster_of(nodes: NodeTable, n: int, rng: np.random.Generator) -> NodeTable:
@@ -63,12 +65,6 @@ def loaded_state(nodes: NodeTable, pods, rng: np.random.Generator) -> ClusterSta
     return state
 
 
-def percentiles(samples: list[float]) -> dict[str, float]:
-    a = np.array(samples) * 1e3
-    return {"p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)),
-            "mean_ms": float(a.mean())}
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", default=str(DEFAULT_POLICY) if DEFAULT_POLICY.exists() else None,
@@ -77,8 +73,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=500)
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args()
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    pin_to_core()
     torch.set_num_threads(1)
     threadpool_limits(1)  # BLAS threads fighting over one pinned core inflate the tail
     base = load_nodes(builtin_trace("openb_node_list_gpu_node.csv"))
@@ -128,8 +123,9 @@ def main() -> int:
             t0 = time.perf_counter()
             sched.score(state, pod, cand)
             score_t.append(time.perf_counter() - t0)
-        out[str(n)] = {"torch": percentiles(net_t), "numpy": percentiles(np_t), "onnx": percentiles(onnx_t),
-                       "score": percentiles(score_t), "calls": len(calls)}
+        out[str(n)] = {"torch": timing_stats(net_t, POINTS), "numpy": timing_stats(np_t, POINTS),
+                       "onnx": timing_stats(onnx_t, POINTS), "score": timing_stats(score_t, POINTS),
+                       "calls": len(calls)}
         for what in ("torch", "numpy", "onnx", "score"):
             r = out[str(n)][what]
             print(f"{n:>6} {what:>8} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}")
@@ -137,7 +133,7 @@ def main() -> int:
     if p99 is not None:
         print(f"goal: 500 nodes scored in <= 1 ms at p99: {p99:.3f} ms -> {'met' if p99 <= 1 else 'MISSED'}")
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(out, indent=2))
+        write_json(args.json_out, out)
     return 0
 
 

@@ -12,14 +12,13 @@ core; each figure is the best of ``--repeat`` runs (machines here are shared and
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import resource
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from harness.cpu import pin_to_core
+from harness.provenance import write_json
 
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
@@ -72,8 +71,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args()
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    pin_to_core()
     out: dict[str, object] = {"cores": 1}
     for policy, goal in (("kube-default", 2.0), ("best-fit", None), ("fgd", 10.0)):
         r = bench_packing(policy, args.repeat)
@@ -92,7 +90,7 @@ def main() -> int:
     out["peak_rss_mib"] = peak_rss_mib()
     print(f"peak memory (RSS) {out['peak_rss_mib']:.0f} MiB")
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(out, indent=2))
+        write_json(args.json_out, out)
     return 0
 
 

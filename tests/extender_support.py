@@ -1,4 +1,5 @@
-"""Test helpers for the online agent: a real extender on loopback and a JSON client for it."""
+"""Test helpers for the online agent: a real extender on loopback, a ``fedsched serve`` process
+and a JSON client for either (the load benchmark, ``bench/``, uses the process and the client too)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from fedsched.agent.cluster.cache import ClusterCache
 from fedsched.agent.cluster.telemetry import NodeUsage, TelemetrySnapshot
@@ -29,10 +31,21 @@ def payload(name: str) -> Any:
     return json.loads((PAYLOADS / name).read_text())
 
 
-class Client:
-    """HTTP/1.1 keep-alive JSON client, as kube-scheduler's extender client is."""
+class Endpoint(Protocol):
+    """Where an extender listens on loopback: an :class:`ExtenderServer` or a :class:`ServeProcess`."""
 
-    def __init__(self, server: ExtenderServer, timeout: float = 10.0) -> None:
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def prefix(self) -> str: ...
+
+
+class Client:
+    """HTTP/1.1 keep-alive JSON client, as kube-scheduler's extender client is (http.client turns
+    Nagle off, and opens a new connection by itself after the server closed one)."""
+
+    def __init__(self, server: Endpoint, timeout: float = 10.0) -> None:
         self.server = server
         self.conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
 
@@ -48,8 +61,12 @@ class Client:
             self.conn.close()
             raise
 
+    def post_bytes(self, verb: str, body: bytes) -> tuple[int, bytes]:
+        """POST an encoded body to a verb: the status and the answer as it came."""
+        return self.raw("POST", f"{self.server.prefix}/{verb}", body)
+
     def post(self, verb: str, body: Any) -> tuple[int, Any]:
-        status, data = self.raw("POST", f"{self.server.prefix}/{verb}", json.dumps(body).encode())
+        status, data = self.post_bytes(verb, json.dumps(body).encode())
         return status, json.loads(data)
 
     def get(self, path: str) -> tuple[int, str]:
@@ -105,28 +122,56 @@ class ServeProcess:
     base: str = ""  # the server's root (for /metrics, /readyz)
     stderr: str = ""  # the process's logs, after it stopped
 
+    @property
+    def port(self) -> int:
+        port = urlsplit(self.url).port
+        assert port is not None, self.url
+        return port
+
+    @property
+    def prefix(self) -> str:
+        return urlsplit(self.url).path
+
 
 @contextlib.contextmanager
-def serve_process(*args: str) -> Iterator[ServeProcess]:
-    """Run ``fedsched serve ARGS`` until it listens; SIGTERM it on exit (its logs in ``stderr``)."""
-    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+def serve_process(
+    *args: str,
+    command_prefix: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    stderr_path: Path | None = None,
+) -> Iterator[ServeProcess]:
+    """Run ``fedsched serve ARGS`` until it listens; SIGTERM it on exit (its logs in ``stderr``).
+
+    ``command_prefix`` runs it under another command (``taskset -c 0``), ``env`` is added to its
+    environment, and with ``stderr_path`` its logs go to that file as it runs (read into
+    ``stderr`` at exit) rather than to a pipe read only at exit, which a long run would fill."""
+    base_env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    log = open(stderr_path, "w") if stderr_path is not None else None  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fedsched.common.cli.main", "serve", *args],
+        [*command_prefix, sys.executable, "-m", "fedsched.common.cli.main", "serve", *args],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.PIPE if log is None else log,
         text=True,
-        env={**env, "PYTHONUNBUFFERED": "1"},
+        env={**base_env, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     sp = ServeProcess(proc)
     try:
         line = proc.stdout.readline()
-        assert "listening on" in line, proc.stderr.read() if proc.poll() is not None else line
+        if "listening on" not in line:
+            if stderr_path is not None:
+                raise AssertionError(line + stderr_path.read_text(errors="replace")[-2000:])
+            raise AssertionError(proc.stderr.read() if proc.poll() is not None else line)
         sp.url = line.split("listening on ")[1].split()[0]
         sp.base = sp.url.rsplit("/scheduler", 1)[0]
         yield sp
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, sp.stderr = proc.communicate(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if log is not None:
+                log.close()
+        sp.stderr = err if stderr_path is None else stderr_path.read_text(errors="replace")
 
 
 @dataclass

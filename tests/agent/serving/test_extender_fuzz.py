@@ -29,7 +29,6 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -52,9 +51,18 @@ from fedsched.agent.serving.extender import ExtenderServer
 from fedsched.common.model.cluster import QOS_CLASSES, NodeTable, Pod
 from fedsched.common.model.synthetic import generate_cluster
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
+from tests.extender_fuzz_strategies import (
+    JSON,
+    METHODS,
+    PATHS,
+    PREFIX,
+    PROFILE_PODS,
+    RAW_BODIES,
+    VERBS,
+    verb_bodies,
+)
 from tests.extender_support import Client, running
 
-PREFIX = "/scheduler"
 FRESH_AGE_S = (0.0, 30.0)  # telemetry ages drawn as fresh (stale_after_s is 60 s)
 STALE_AGE_S = (120.0, 3600.0)  # and as stale
 SETTINGS = settings(
@@ -371,94 +379,7 @@ def test_safety_filter_never_admits_a_node_above_its_threshold(agent: Agent) -> 
         decider.cfg.safety = original
 
 
-# ---- fuzz -----------------------------------------------------------------------------------
-
-SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-JSON = st.recursive(
-    SCALARS | st.text(),
-    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
-    max_leaves=20,
-)
-BAD_QUANTITY = JSON | st.sampled_from(
-    ["-1", "1e309", "NaN", "Infinity", "1.5", "99999999999999999999Ei", "", " 1", "0x10", "1e-9", "9", "1e18"]
-)
-RESOURCE = st.sampled_from(["cpu", "memory", GPU_RESOURCE, GPU_COUNT_ANNOTATION]) | st.text(max_size=6)
-
-
-def _maybe(strategy: st.SearchStrategy) -> st.SearchStrategy:
-    """The right shape most of the time, anything JSON sometimes."""
-    return strategy | JSON
-
-
-QUANTITIES = _maybe(st.dictionaries(RESOURCE, BAD_QUANTITY, max_size=4))
-CONTAINER = _maybe(
-    st.fixed_dictionaries(
-        {}, optional={"name": JSON, "resources": _maybe(st.fixed_dictionaries({}, optional={
-            "requests": QUANTITIES, "limits": QUANTITIES}))}
-    )
-)
-ANNOTATIONS = _maybe(
-    st.dictionaries(
-        st.sampled_from([GPU_MILLI_ANNOTATION, GPU_COUNT_ANNOTATION, GPU_MODEL_ANNOTATION, QOS_ANNOTATION])
-        | st.text(max_size=6),
-        JSON | st.integers(-5, 2000).map(str),
-        max_size=4,
-    )
-)
-POD = _maybe(
-    st.fixed_dictionaries(
-        {},
-        optional={
-            "metadata": _maybe(st.fixed_dictionaries({}, optional={
-                "name": JSON, "uid": JSON, "annotations": ANNOTATIONS})),
-            "spec": _maybe(st.fixed_dictionaries({}, optional={
-                "containers": _maybe(st.lists(CONTAINER, max_size=3)),
-                "initContainers": _maybe(st.lists(CONTAINER, max_size=2)),
-                "overhead": QUANTITIES,
-                "schedulerName": JSON,
-            })),
-            "status": JSON,
-        },
-    )
-)
-NODE = _maybe(
-    st.fixed_dictionaries(
-        {},
-        optional={
-            # "fuzz-" names: never one of the names the properties above draw
-            "metadata": _maybe(st.fixed_dictionaries({}, optional={
-                "name": _maybe(st.text(max_size=8).map(lambda s: "fuzz-" + s)),
-                "labels": _maybe(st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=2)),
-            })),
-            "spec": _maybe(st.fixed_dictionaries({}, optional={"unschedulable": JSON, "taints": JSON})),
-            "status": _maybe(st.fixed_dictionaries({}, optional={
-                "allocatable": QUANTITIES, "capacity": QUANTITIES, "conditions": JSON})),
-        },
-    )
-)
-
-
-def args_bodies(known: list[str]) -> st.SearchStrategy:
-    names = _maybe(st.lists(st.sampled_from(known) | st.text(max_size=8), max_size=8))
-    node_list = _maybe(st.fixed_dictionaries({"items": _maybe(st.lists(NODE, max_size=3))}))
-    return _maybe(st.fixed_dictionaries({}, optional={"Pod": POD, "NodeNames": names, "Nodes": node_list}))
-
-
-def bind_bodies(known: list[str]) -> st.SearchStrategy:
-    field = _maybe(st.text(max_size=8))
-    return _maybe(st.fixed_dictionaries({}, optional={
-        "PodName": field, "PodNamespace": field, "PodUID": field,
-        "Node": _maybe(st.sampled_from(known) | st.text(max_size=8)),
-    }))
-
-
-VICTIMS = _maybe(st.dictionaries(st.text(max_size=6), _maybe(st.fixed_dictionaries({}, optional={
-    "Pods": _maybe(st.lists(_maybe(st.fixed_dictionaries({}, optional={
-        "metadata": _maybe(st.fixed_dictionaries({}, optional={"uid": JSON})), "UID": JSON})), max_size=3)),
-    "NumPDBViolations": JSON,
-})), max_size=3))
-PREEMPT = _maybe(st.fixed_dictionaries({}, optional={
-    "Pod": POD, "NodeNameToVictims": VICTIMS, "NodeNameToMetaVictims": VICTIMS}))
+# ---- fuzz (strategies in tests/extender_fuzz_strategies.py, shared with the load benchmark) ----
 
 
 def _no_5xx(agent: Agent, method: str, path: str, body: bytes | None) -> int:
@@ -471,13 +392,8 @@ def _no_5xx(agent: Agent, method: str, path: str, body: bytes | None) -> int:
 
 
 def test_fuzzed_bodies_get_200_or_4xx_and_never_an_internal_error(agent: Agent) -> None:
-    verbs = st.sampled_from(["filter", "prioritize", "bind", "preempt"])
-    bodies = {
-        "filter": args_bodies(agent.known),
-        "prioritize": args_bodies(agent.known),
-        "bind": bind_bodies(agent.known),
-        "preempt": PREEMPT,
-    }
+    verbs = st.sampled_from(VERBS)
+    bodies = verb_bodies(agent.known)
 
     @settings(SETTINGS, max_examples=300)
     @given(data=st.data(), verb=verbs)
@@ -495,12 +411,9 @@ def test_fuzzed_pods_of_other_profiles_never_get_an_internal_error(agent: Agent)
     """With a profile name set (the production default), pods of other profiles take the neutral
     path, which reads the pod less than the policy path does."""
     decider = agent.server.decider
-    profile = st.sampled_from(["fedsched", "default-scheduler"]) | JSON
-    pods = _maybe(st.fixed_dictionaries({"spec": _maybe(st.fixed_dictionaries({"schedulerName": profile}))},
-                                        optional={"metadata": JSON}))
 
     @settings(SETTINGS, max_examples=150)
-    @given(verb=st.sampled_from(["filter", "prioritize"]), pod=pods,
+    @given(verb=st.sampled_from(["filter", "prioritize"]), pod=PROFILE_PODS,
            names=st.lists(st.sampled_from(agent.known), unique=True, max_size=5))
     def check(verb: str, pod: object, names: list[str]) -> None:
         before = _internal_errors(agent)
@@ -524,16 +437,8 @@ def test_fuzzed_pods_of_other_profiles_never_get_an_internal_error(agent: Agent)
 
 
 def test_arbitrary_bytes_methods_and_paths_never_get_a_5xx(agent: Agent) -> None:
-    methods = st.sampled_from(["POST", "POST", "GET", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"])
-    paths = st.sampled_from([f"{PREFIX}/filter", f"{PREFIX}/prioritize", f"{PREFIX}/bind",
-                             f"{PREFIX}/preempt", "/healthz", "/metrics", "/readyz"]) | st.text(
-        max_size=20).map(lambda s: quote(f"{PREFIX}/{s}", safe="/?=&"))
-    raw = st.binary(max_size=1000) | st.text(max_size=200).map(str.encode) | st.sampled_from(
-        [b"", b"{", b"[" * 5000, b'{"Pod": ', b'{"Pod": {}, "NodeNames": [1, 2]}', b"NaN", b"\xff\xfe{}"]
-    )
-
     @settings(SETTINGS, max_examples=250)
-    @given(method=methods, path=paths, body=raw)
+    @given(method=METHODS, path=PATHS, body=RAW_BODIES)
     def check(method: str, path: str, body: bytes) -> None:
         before = _internal_errors(agent)
         _no_5xx(agent, method, path, body if method not in ("GET", "HEAD") else None)
