@@ -16,7 +16,12 @@ Sources that feed it:
   scheduler's bind verb.
 - Telemetry (``agent/telemetry.py``) through :meth:`apply_telemetry`: real CPU and memory use
   set ``state.cpu_used`` / ``state.mem_used``, and a :class:`~fedsched.common.learning.features.Telemetry`
-  (usage trend, overload flag and history) computed as the replay simulator computes it.
+  (usage trend, overload flag and history) computed as the replay simulator computes it, with the
+  windowed statistics the load-aware baselines read: ``cpu_mean`` / ``cpu_std`` / ``mem_mean`` /
+  ``mem_std`` (Prometheus' ``avg_over_time`` / ``stddev_over_time`` of the ratios; NaN for a node
+  without them) and ``metrics_age_s`` (per node, the age of its newest sample at the last good
+  refresh: ``fetched_at - timestamp``; ``inf`` for a node Prometheus never had; None until the
+  first good refresh). While Prometheus is down the ages are not refreshed.
 
 Node changes rebuild the tables (they are rare); pod changes update the state in place. All
 mutations and every read that must be consistent hold :attr:`lock`.
@@ -143,6 +148,10 @@ class ClusterCache:
             np.zeros(k, dtype=bool),
             np.zeros(k, dtype=np.int64),
             np.zeros(k, dtype=np.int64),
+            cpu_mean=np.full(k, np.nan),
+            cpu_std=np.full(k, np.nan),
+            mem_mean=np.full(k, np.nan),
+            mem_std=np.full(k, np.nan),
         )
         self.state.telemetry = self.telemetry
         old = list(self.pods.values())
@@ -337,6 +346,13 @@ class ClusterCache:
                 if over and not tel.overloaded[i]:
                     tel.overload_count[i] += 1
                 tel.overloaded[i] = over
+                # windowed statistics (NaN when Prometheus has none: the baselines fall back)
+                tel.cpu_mean[i], tel.cpu_std[i] = u.cpu_mean, u.cpu_std
+                tel.mem_mean[i], tel.mem_std[i] = u.mem_mean, u.mem_std
+            seen = self.usage_time > 0
+            age = np.full(len(self.usage_time), np.inf)
+            age[seen] = np.maximum(snapshot.fetched_at - self.usage_time[seen], 0.0)
+            tel.metrics_age_s = age
             self.generation += 1
 
     def record_oom(self, node: str) -> None:

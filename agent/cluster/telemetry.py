@@ -26,6 +26,15 @@ Units
     (10^6 bits) received + transmitted summed over all interfaces but ``lo``. Disk and network
     use ``irate`` over ``[1m]``: the rate between a node's last two scrapes, so current load that
     is correct from the second scrape on, for scrape intervals up to 30 s.
+Windowed statistics
+    ``cpu_mean`` / ``cpu_std`` / ``mem_mean`` / ``mem_std`` are ``avg_over_time`` and
+    ``stddev_over_time`` of the same two recorded ratios over ``stats_window`` (default ``15m``),
+    the queries and the window Trimaran's load-watcher sends (paypal/load-watcher
+    pkg/watcher/internal/metricsprovider/prometheus.go; its library client asks for the 15-minute
+    window). 0..1 like the ratios; over a window that holds one sample the deviation is 0, and
+    for the first 15 minutes of a series the window holds what there is. NaN without the rules.
+    No extra recording rule is needed. The load-aware baselines (LoadVariationRiskBalancing)
+    read them through ``Telemetry.cpu_mean`` etc. (``agent/cluster/cache.py``).
 Node names
     A series is the node in its ``node`` label if it has one, else its ``instance`` label with
     any ``:port`` suffix removed (kube-prometheus sets ``instance`` to the node name).
@@ -51,6 +60,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -60,24 +70,43 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-__all__ = ["QUERIES", "NodeUsage", "PrometheusTelemetry", "TelemetrySnapshot", "node_name"]
+__all__ = ["QUERIES", "STATS_WINDOW", "NodeUsage", "PrometheusTelemetry", "TelemetrySnapshot", "node_name",
+           "queries"]
 
 _LOG = logging.getLogger(__name__)
 
 _BY = "by (instance, node)"
 _DISKS = '{device!~"dm-.+|md.+"}'  # stacked devices repeat the I/O of the disks under them
 _NICS = '{device!="lo"}'
+_CPU_RATIO = "instance:node_cpu:ratio"
+_MEM_RATIO = "instance:node_memory_utilisation:ratio"
+#: Trimaran's window (load-watcher ``FifteenMinutes``) for the windowed mean and deviation.
+STATS_WINDOW = "15m"
+_DURATION_RE = re.compile(r"(\d+(ms|[smhdwy]))+")  # a PromQL duration: 15m, 1h30m, 90s
+#: The windowed statistics: name -> (PromQL function, recorded series).
+_STATS = {"cpu_mean": ("avg_over_time", _CPU_RATIO), "cpu_std": ("stddev_over_time", _CPU_RATIO),
+          "mem_mean": ("avg_over_time", _MEM_RATIO), "mem_std": ("stddev_over_time", _MEM_RATIO)}
 
-#: name -> PromQL, the exact queries a refresh sends (``timestamp`` first).
-QUERIES: dict[str, str] = {
-    "timestamp": f"max {_BY} (timestamp(node_memory_MemTotal_bytes))",
-    "cpu": f"max {_BY} (instance:node_cpu:ratio)",
-    "mem": f"max {_BY} (instance:node_memory_utilisation:ratio)",
-    "disk": (f"(sum {_BY} (irate(node_disk_read_bytes_total{_DISKS}[1m]))"
-             f" + sum {_BY} (irate(node_disk_written_bytes_total{_DISKS}[1m]))) / 1e6"),
-    "net": (f"(sum {_BY} (irate(node_network_receive_bytes_total{_NICS}[1m]))"
-            f" + sum {_BY} (irate(node_network_transmit_bytes_total{_NICS}[1m]))) * 8 / 1e6"),
-}
+
+def queries(stats_window: str = STATS_WINDOW) -> dict[str, str]:
+    """name -> PromQL, the exact queries a refresh sends (``timestamp`` first), with the windowed
+    statistics over ``stats_window`` (a PromQL duration such as ``15m``)."""
+    if not _DURATION_RE.fullmatch(stats_window):
+        raise ValueError(f"stats_window must be a PromQL duration such as 15m, got {stats_window!r}")
+    return {
+        "timestamp": f"max {_BY} (timestamp(node_memory_MemTotal_bytes))",
+        "cpu": f"max {_BY} ({_CPU_RATIO})",
+        "mem": f"max {_BY} ({_MEM_RATIO})",
+        "disk": (f"(sum {_BY} (irate(node_disk_read_bytes_total{_DISKS}[1m]))"
+                 f" + sum {_BY} (irate(node_disk_written_bytes_total{_DISKS}[1m]))) / 1e6"),
+        "net": (f"(sum {_BY} (irate(node_network_receive_bytes_total{_NICS}[1m]))"
+                f" + sum {_BY} (irate(node_network_transmit_bytes_total{_NICS}[1m]))) * 8 / 1e6"),
+        **{name: f"max {_BY} ({fn}({series}[{stats_window}]))" for name, (fn, series) in _STATS.items()},
+    }
+
+
+#: name -> PromQL, the exact queries a refresh sends with the default window.
+QUERIES: dict[str, str] = queries()
 
 _NAN = float("nan")
 _MAX_ERROR = 500  # characters of an error message kept in the snapshot
@@ -92,6 +121,11 @@ class NodeUsage:
     disk_io_mbs: float  # MB/s read+written, NaN if unknown
     net_mbits: float  # Mbit/s received+transmitted, NaN if unknown
     timestamp: float  # unix seconds of the newest underlying sample (PromQL timestamp())
+    # Mean and standard deviation of the two ratios over the statistics window, NaN if unknown.
+    cpu_mean: float = math.nan
+    cpu_std: float = math.nan
+    mem_mean: float = math.nan
+    mem_std: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -143,14 +177,18 @@ class PrometheusTelemetry:
     ``url`` is Prometheus' base URL (``http://prometheus-k8s.monitoring:9090``); ``verify`` is
     ``requests``' TLS verification (a CA bundle path, or False); ``headers`` go with every query
     (``Authorization: Bearer ...``). ``timeout_s`` bounds a whole refresh; ``on_update`` is
-    called with the snapshot after every refresh of the background thread.
+    called with the snapshot after every refresh of the background thread. ``stats_window`` is
+    the window of the mean and deviation (PromQL duration, Trimaran's ``15m`` by default).
     """
 
     def __init__(self, url: str, interval_s: float = 5.0, timeout_s: float = 2.0,
                  on_update: Callable[[TelemetrySnapshot], None] | None = None,
-                 verify: bool | str = True, headers: dict[str, str] | None = None) -> None:
+                 verify: bool | str = True, headers: dict[str, str] | None = None,
+                 stats_window: str = STATS_WINDOW) -> None:
         if interval_s <= 0 or timeout_s <= 0:
             raise ValueError(f"interval_s and timeout_s must be > 0, got {interval_s}, {timeout_s}")
+        self.queries = queries(stats_window)
+        self.stats_window = stats_window
         self.url = url.rstrip("/")
         self.interval_s = float(interval_s)
         self.timeout_s = float(timeout_s)
@@ -197,7 +235,7 @@ class PrometheusTelemetry:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError(f"refresh took longer than {self.timeout_s}s (before query {name!r})")
-        return self._prom.custom_query(QUERIES[name], params=params, timeout=remaining)
+        return self._prom.custom_query(self.queries[name], params=params, timeout=remaining)
 
     def _fetch(self) -> dict[str, NodeUsage]:
         deadline = time.monotonic() + self.timeout_s
@@ -206,7 +244,7 @@ class PrometheusTelemetry:
         params = {"time": str(stamps_raw[0]["value"][0])} if stamps_raw else {}
         stamps = _by_node(stamps_raw)
         values = {name: _by_node(self._query(name, deadline, params))
-                  for name in ("cpu", "mem", "disk", "net")}
+                  for name in ("cpu", "mem", "disk", "net", *_STATS)}
         if stamps and not values["cpu"] and not values["mem"] and not self._rules_warned:
             _LOG.warning("telemetry: node-exporter data but no instance:node_cpu:ratio or "
                          "instance:node_memory_utilisation:ratio: are the recording rules loaded?")
@@ -214,7 +252,8 @@ class PrometheusTelemetry:
         cpu, mem, disk, net = values["cpu"], values["mem"], values["disk"], values["net"]
         return {
             name: NodeUsage(cpu_ratio=cpu.get(name, _NAN), mem_ratio=mem.get(name, _NAN),
-                            disk_io_mbs=disk.get(name, _NAN), net_mbits=net.get(name, _NAN), timestamp=ts)
+                            disk_io_mbs=disk.get(name, _NAN), net_mbits=net.get(name, _NAN), timestamp=ts,
+                            **{stat: values[stat].get(name, _NAN) for stat in _STATS})
             for name, ts in sorted(stamps.items())
         }
 

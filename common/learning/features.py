@@ -58,6 +58,17 @@ class Telemetry:
 
     Trends in milli-CPU and MiB per second; counts are cumulative. A ``ClusterState``
     carries one in ``state.telemetry`` when the source has them.
+
+    Windowed statistics (optional, for the load-aware baselines; not policy features):
+    ``cpu_mean`` / ``cpu_std`` / ``mem_mean`` / ``mem_std`` are the mean and the standard
+    deviation of the node's measured utilisation over a window, as fractions of its capacity
+    (serving: PromQL ``avg_over_time`` / ``stddev_over_time`` of the recording rules over
+    Trimaran's 15-minute window, see ``agent/cluster/telemetry.py``). ``metrics_age_s`` is how
+    old each node's newest sample was at the last refresh, in seconds (``inf``: never seen).
+    A field is None when the source has none (packing mode, the replay simulator, serving
+    before any telemetry), and an entry is NaN for a node the source has no value for; the
+    baselines then use ``state.cpu_used / capacity`` as the mean, 0 as the deviation, and
+    treat the node's metrics as fresh.
     """
 
     cpu_trend: np.ndarray
@@ -66,9 +77,15 @@ class Telemetry:
     overload_count: np.ndarray
     oom_count: np.ndarray
     queue_len: int = 0
+    cpu_mean: np.ndarray | None = None
+    cpu_std: np.ndarray | None = None
+    mem_mean: np.ndarray | None = None
+    mem_std: np.ndarray | None = None
+    metrics_age_s: np.ndarray | None = None
 
     @classmethod
     def zeros(cls, n: int) -> Telemetry:
+        """No signal: zero trends and counts, no windowed statistics (None)."""
         z = np.zeros(n)
         return cls(z, z, z, z, z, 0)
 

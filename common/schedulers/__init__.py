@@ -26,8 +26,13 @@ from fedsched.common.schedulers.dot_product import DotProduct, DotProductArgs
 from fedsched.common.schedulers.fgd import FGD, FGDArgs
 from fedsched.common.schedulers.gpu_clustering import GpuClustering, GpuClusteringArgs
 from fedsched.common.schedulers.gpu_packing import GpuPacking, GpuPackingArgs
+from fedsched.common.schedulers.koordinator_load_aware import KoordinatorLoadAware, KoordinatorLoadAwareArgs
 from fedsched.common.schedulers.kube_default import KubeDefault, KubeDefaultArgs
 from fedsched.common.schedulers.least_allocated import LeastAllocated, LeastAllocatedArgs
+from fedsched.common.schedulers.load_variation_risk_balancing import (
+    LoadVariationRiskBalancing,
+    LoadVariationRiskBalancingArgs,
+)
 from fedsched.common.schedulers.most_allocated import MostAllocated, MostAllocatedArgs
 from fedsched.common.schedulers.random_score import RandomScore, RandomScoreArgs
 from fedsched.common.schedulers.target_load_packing import TargetLoadPacking, TargetLoadPackingArgs
@@ -35,7 +40,8 @@ from fedsched.common.schedulers.target_load_packing import TargetLoadPacking, Ta
 BASELINES: dict[str, type[Scheduler]] = {
     cls.name: cls
     for cls in (KubeDefault, LeastAllocated, MostAllocated, BalancedAllocation, BestFit,
-                DotProduct, GpuPacking, GpuClustering, FGD, TargetLoadPacking, RandomScore)
+                DotProduct, GpuPacking, GpuClustering, FGD, TargetLoadPacking,
+                LoadVariationRiskBalancing, KoordinatorLoadAware, RandomScore)
 }
 
 
@@ -105,8 +111,12 @@ __all__ = [
     "FGDArgs",
     "GpuClusteringArgs",
     "GpuPackingArgs",
+    "KoordinatorLoadAware",
+    "KoordinatorLoadAwareArgs",
     "KubeDefaultArgs",
     "LeastAllocatedArgs",
+    "LoadVariationRiskBalancing",
+    "LoadVariationRiskBalancingArgs",
     "MostAllocatedArgs",
     "Placement",
     "RandomScoreArgs",

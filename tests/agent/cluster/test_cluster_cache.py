@@ -8,12 +8,17 @@ test_k8s_watch.py, through the official client against a local server speaking t
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
 
 from fedsched.agent.cluster.cache import ClusterCache
+from fedsched.agent.cluster.telemetry import NodeUsage
+from fedsched.common.model.cluster import Pod
+from fedsched.common.schedulers import KoordinatorLoadAware, LoadVariationRiskBalancing
 from tests.extender_support import snapshot
 from tests.paths import TEST_DATA
 
@@ -141,6 +146,40 @@ def test_telemetry_sets_real_use_trend_and_overload(objects):
     assert tel.overloaded[a] and tel.overload_count[a] == 1 and tel.cpu_trend[a] > 0
     cache.apply_telemetry(snapshot({}, up=False))  # Prometheus down: the last values stay, flagged
     assert not cache.telemetry_up and cache.cpu_ratio[a] == 0.95
+
+
+def test_telemetry_sets_windowed_statistics_and_metric_ages(objects):
+    nodes, _ = objects
+    cache = ClusterCache()
+    cache.replace_all(nodes, [])
+    a, b, c = (_ids(cache, n) for n in ("cpu-node-a", "cpu-node-b", "gpu-t4-0"))
+    tel = cache.telemetry
+    assert np.isnan(tel.cpu_mean).all() and np.isnan(tel.mem_std).all()  # nothing measured yet
+    assert tel.metrics_age_s is None  # no refresh yet: the baselines take the metrics as fresh
+    # a refresh 200 s ago whose samples were 4 s old then
+    snap = snapshot({"cpu-node-a": (0.5, 0.25), "cpu-node-b": (0.2, 0.1)}, age_s=204.0)
+    stats = NodeUsage(0.5, 0.25, math.nan, math.nan, snap.nodes["cpu-node-a"].timestamp,
+                      cpu_mean=0.4, cpu_std=0.05, mem_mean=0.3, mem_std=0.01)
+    snap = dataclasses.replace(snap, fetched_at=snap.fetched_at - 200,
+                               nodes={**snap.nodes, "cpu-node-a": stats})
+    cache.apply_telemetry(snap)
+    assert (tel.cpu_mean[a], tel.cpu_std[a], tel.mem_mean[a], tel.mem_std[a]) == (0.4, 0.05, 0.3, 0.01)
+    assert np.isnan(tel.cpu_mean[b])  # no statistics for node b (a test double without them)
+    assert tel.metrics_age_s[a] == pytest.approx(4.0) and tel.metrics_age_s[b] == pytest.approx(4.0)
+    assert tel.metrics_age_s[c] == math.inf  # Prometheus never had it
+    # now: node a's exporter has gone away; it keeps its last sample (and statistics), which grow old
+    cache.apply_telemetry(snapshot({"cpu-node-b": (0.2, 0.1)}))
+    assert tel.metrics_age_s[a] == pytest.approx(204.0, abs=0.5)
+    assert tel.metrics_age_s[b] == pytest.approx(0.0, abs=0.5)
+    assert tel.cpu_mean[a] == 0.4
+    # the load-aware baselines read them: node a's metrics are expired for Koordinator (180 s)
+    p = Pod(index=0, cpu=100, mem=0, num_gpu=0, gpu_milli=0, spec_mask=0, qos=1)
+    ids = np.array([a, b, c])
+    assert KoordinatorLoadAware().refused(cache.state, p, ids).tolist() == [True, False, False]
+    lvrb = LoadVariationRiskBalancing().score(cache.state, p, ids)
+    assert lvrb[2] == 0  # no metrics: upstream's minimum score
+    # node a: mu = .4 + 100/7910, sigma .05 -> risk .2313 -> 77 (memory risk .155 is lower)
+    assert lvrb[0] == 77
 
 
 def test_a_node_the_model_cannot_hold_is_left_out_and_the_cache_stays_whole(objects):

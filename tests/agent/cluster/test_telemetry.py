@@ -24,10 +24,12 @@ import pytest
 
 from fedsched.agent.cluster.telemetry import (
     QUERIES,
+    STATS_WINDOW,
     NodeUsage,
     PrometheusTelemetry,
     TelemetrySnapshot,
     node_name,
+    queries,
 )
 from tests.prometheus_support import (
     HOST,
@@ -55,7 +57,10 @@ NODES: dict[str, dict] = {
     "node-b": {"cpu": 0.70, "mem": 0.65, "disk_mbs": 15.0, "net_mbits": 90.0, "cpus": 8},
     "node-c": {"cpu": 0.10, "mem": 0.20, "disk_mbs": 2.0, "net_mbits": 40.0, "cpus": 2, "node_label": False},
     "node-d": {"cpu": 0.50, "mem": 0.50, "disk_mbs": 50.0, "net_mbits": 500.0, "cpus": 4},
+    # changed by test_windowed_statistics only
+    "node-e": {"cpu": 0.30, "mem": 0.40, "disk_mbs": 5.0, "net_mbits": 50.0, "cpus": 4},
 }
+STATS_TEST_WINDOW = "8s"  # the window of the mean / deviation queries in the test (Trimaran: 15m)
 
 
 def mismatch(u: NodeUsage, want: dict[str, float], now: float) -> str:
@@ -142,6 +147,23 @@ def test_test_rules_differ_from_shipped_only_in_range() -> None:
     assert "record: instance:node_memory_utilisation:ratio" in shipped
 
 
+def test_windowed_statistics_queries() -> None:
+    """Trimaran's load-watcher queries: avg_over_time / stddev_over_time of the ratios over 15m."""
+    assert STATS_WINDOW == "15m" and queries() == QUERIES
+    assert QUERIES["cpu_mean"] == "max by (instance, node) (avg_over_time(instance:node_cpu:ratio[15m]))"
+    assert QUERIES["mem_std"] == ("max by (instance, node) "
+                                  "(stddev_over_time(instance:node_memory_utilisation:ratio[15m]))")
+    short = queries("1h30m")
+    assert short["cpu_std"].endswith("(stddev_over_time(instance:node_cpu:ratio[1h30m]))")
+    assert {k: v for k, v in short.items() if "over_time" not in v} == {
+        k: v for k, v in QUERIES.items() if "over_time" not in v}
+    for bad in ("15", "15 m", "m", "15m]", ""):
+        with pytest.raises(ValueError, match="stats_window must be a PromQL duration"):
+            PrometheusTelemetry("http://localhost:9090", stats_window=bad)
+    u = NodeUsage(0.1, 0.2, 3.0, 4.0, 5.0)  # the positional form callers use keeps working
+    assert all(math.isnan(x) for x in (u.cpu_mean, u.cpu_std, u.mem_mean, u.mem_std))
+
+
 def test_unreachable_url_is_down_and_never_raises() -> None:
     url = f"http://{HOST}:{free_port()}"  # nothing listens there
     tel = PrometheusTelemetry(url, timeout_s=1.0)
@@ -203,6 +225,38 @@ def test_changed_utilisation_shows_up(cluster: tuple[NodeExporterSim, Prometheus
     a = snap.nodes["node-a"]
     assert a.cpu_ratio == pytest.approx(0.85, abs=0.02) and a.mem_ratio == pytest.approx(0.75, abs=0.002)
     assert snap.nodes["node-b"].mem_ratio == pytest.approx(NODES["node-b"]["mem"], abs=0.002)
+
+
+@needs_prometheus
+def test_windowed_statistics(cluster: tuple[NodeExporterSim, PrometheusServer]) -> None:
+    """Mean and deviation over the window: constant load, then a step that the window straddles."""
+    sim, prom = cluster
+    tel = PrometheusTelemetry(prom.url, stats_window=STATS_TEST_WINDOW)
+    converge(tel, sim, ["node-e"])
+    window_s = float(STATS_TEST_WINDOW.removesuffix("s"))
+
+    def stats(pred) -> NodeUsage | None:
+        s = tel.refresh()
+        u = s.nodes.get("node-e") if s.up else None
+        return u if u is not None and pred(u) else None
+
+    # a constant load: the mean is the load, the deviation ~0 (memory is an exact gauge ratio)
+    steady = wait_for(lambda: stats(lambda u: close_to(u.mem_mean, 0.40, 0.0, 0.002) and u.mem_std < 0.002
+                                    and close_to(u.cpu_mean, 0.30, 0.0, 0.03) and 0 <= u.cpu_std < 0.03),
+                      window_s + 10.0, what="steady windowed statistics")
+    assert steady.mem_ratio == pytest.approx(0.40, abs=0.002)
+    # memory steps 0.40 -> 0.80: while the window holds both, the mean lies between and std > 0
+    sim.set("node-e", mem=0.80)
+    mixed = wait_for(lambda: stats(lambda u: 0.45 < u.mem_mean < 0.75 and u.mem_std > 0.05),
+                     window_s + 5.0, what="a window straddling the step")
+    assert mixed.mem_std <= 0.2 + 1e-9  # the largest std of a mix of 0.4 and 0.8
+    # once the window has passed the step: the new level, no deviation
+    wait_for(lambda: stats(lambda u: close_to(u.mem_mean, 0.80, 0.0, 0.002) and u.mem_std < 0.002),
+             window_s + 10.0, what="windowed statistics of the new level")
+    # one HTTP round trip per query, the statistics included
+    before = query_requests(prom)
+    assert tel.refresh().up
+    assert query_requests(prom) - before == len(tel.queries) == len(QUERIES)
 
 
 @needs_prometheus

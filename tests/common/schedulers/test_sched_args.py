@@ -3,7 +3,11 @@
 Upstream defaults: kubernetes pkg/scheduler/apis/config/v1/defaults.go (NodeResourcesFit
 scoring-strategy resources cpu 1 / memory 1, weights validated in (0, 100]),
 kubernetes-sigs/scheduler-plugins apis/config/v1/defaults.go (TargetLoadPacking: targetUtilization
-40, defaultRequests cpu 1000m, defaultRequestsMultiplier "1.5"), and the FGD simulator's
+40, defaultRequests cpu 1000m, defaultRequestsMultiplier "1.5"; LoadVariationRiskBalancing:
+safeVarianceMargin 1, safeVarianceSensitivity 1), koordinator-sh/koordinator
+pkg/scheduler/apis/config/v1/defaults.go (LoadAware: resourceWeights cpu 1 / memory 1,
+usageThresholds cpu 65 / memory 95, estimatedScalingFactors cpu 85 / memory 70,
+nodeMetricExpirationSeconds 180; ranges from validation/validation_pluginargs.go), and the FGD simulator's
 published run config (typicalPodsConfig.podPopularityThreshold 95). The remaining baselines
 take no configuration upstream (or none that fedsched implements) and have an empty Args.
 """
@@ -25,9 +29,11 @@ from fedsched.common.schedulers import (
     FGDArgs,
     GpuClusteringArgs,
     GpuPackingArgs,
+    KoordinatorLoadAwareArgs,
     KubeDefaultArgs,
     LeastAllocated,
     LeastAllocatedArgs,
+    LoadVariationRiskBalancingArgs,
     MostAllocatedArgs,
     RandomScoreArgs,
     SchedulerArgs,
@@ -71,6 +77,13 @@ UPSTREAM_DEFAULTS = {
     "target-load-packing": (TargetLoadPackingArgs, {
         "target_utilization": 40, "default_requests_milli_cores": 1000,
         "default_requests_multiplier": 1.5}),
+    "load-variation-risk-balancing": (LoadVariationRiskBalancingArgs, {
+        "safe_variance_margin": 1.0, "safe_variance_sensitivity": 1.0}),
+    "koordinator-load-aware": (KoordinatorLoadAwareArgs, {
+        "cpu_weight": 1, "memory_weight": 1, "dominant_resource_weight": 0,
+        "cpu_usage_threshold": 65, "memory_usage_threshold": 95,
+        "cpu_estimated_scaling_factor": 85, "memory_estimated_scaling_factor": 70,
+        "node_metric_expiration_seconds": 180}),
     "random": (RandomScoreArgs, {}),
 }
 
@@ -118,6 +131,21 @@ ALLOWED = {
     (MostAllocatedArgs, "cpu_weight"): "integers with 1 <= cpu_weight <= 100",
     (MostAllocatedArgs, "memory_weight"): "integers with 1 <= memory_weight <= 100",
     (FGDArgs, "pod_popularity_threshold"): "integers with 0 < pod_popularity_threshold <= 100",
+    (LoadVariationRiskBalancingArgs, "safe_variance_margin"): "finite numbers with 0 <= safe_variance_margin",
+    (LoadVariationRiskBalancingArgs, "safe_variance_sensitivity"):
+        "finite numbers with 0 <= safe_variance_sensitivity",
+    (KoordinatorLoadAwareArgs, "cpu_weight"): "integers with 0 <= cpu_weight <= 100",
+    (KoordinatorLoadAwareArgs, "memory_weight"): "integers with 0 <= memory_weight <= 100",
+    (KoordinatorLoadAwareArgs, "dominant_resource_weight"):
+        "integers with 0 <= dominant_resource_weight <= 100",
+    (KoordinatorLoadAwareArgs, "cpu_usage_threshold"): "integers with 0 <= cpu_usage_threshold <= 100",
+    (KoordinatorLoadAwareArgs, "memory_usage_threshold"): "integers with 0 <= memory_usage_threshold <= 100",
+    (KoordinatorLoadAwareArgs, "cpu_estimated_scaling_factor"):
+        "integers with 1 <= cpu_estimated_scaling_factor <= 100",
+    (KoordinatorLoadAwareArgs, "memory_estimated_scaling_factor"):
+        "integers with 1 <= memory_estimated_scaling_factor <= 100",
+    (KoordinatorLoadAwareArgs, "node_metric_expiration_seconds"):
+        "integers with 1 <= node_metric_expiration_seconds",
 }
 
 BAD = [
@@ -144,6 +172,24 @@ BAD = [
     (FGDArgs, "pod_popularity_threshold", 0),
     (FGDArgs, "pod_popularity_threshold", 101),
     (FGDArgs, "pod_popularity_threshold", 0.95),
+    # upstream defaulting replaces negative LoadVariationRiskBalancing args by 1; fedsched refuses them
+    (LoadVariationRiskBalancingArgs, "safe_variance_margin", -5),
+    (LoadVariationRiskBalancingArgs, "safe_variance_margin", float("nan")),
+    (LoadVariationRiskBalancingArgs, "safe_variance_sensitivity", -1),
+    (LoadVariationRiskBalancingArgs, "safe_variance_sensitivity", "2"),
+    # koordinator validation: weights (0, 100] (0 here = not in resourceWeights), dominant weight
+    # [0, 100], thresholds [0, 100], scaling factors (0, 100], expiration > 0
+    (KoordinatorLoadAwareArgs, "cpu_weight", -1),
+    (KoordinatorLoadAwareArgs, "memory_weight", 101),
+    (KoordinatorLoadAwareArgs, "dominant_resource_weight", 101),
+    (KoordinatorLoadAwareArgs, "dominant_resource_weight", -1),
+    (KoordinatorLoadAwareArgs, "cpu_usage_threshold", 101),
+    (KoordinatorLoadAwareArgs, "memory_usage_threshold", -1),
+    (KoordinatorLoadAwareArgs, "cpu_usage_threshold", 65.5),
+    (KoordinatorLoadAwareArgs, "cpu_estimated_scaling_factor", 0),
+    (KoordinatorLoadAwareArgs, "memory_estimated_scaling_factor", 110),
+    (KoordinatorLoadAwareArgs, "node_metric_expiration_seconds", 0),
+    (KoordinatorLoadAwareArgs, "node_metric_expiration_seconds", -180),
 ]
 
 
@@ -174,6 +220,17 @@ GOOD = [
     (MostAllocatedArgs, "cpu_weight", 100, 100),
     (FGDArgs, "pod_popularity_threshold", 1, 1),
     (FGDArgs, "pod_popularity_threshold", 100, 100),
+    (LoadVariationRiskBalancingArgs, "safe_variance_margin", 0, 0.0),
+    (LoadVariationRiskBalancingArgs, "safe_variance_sensitivity", 0, 0.0),
+    (LoadVariationRiskBalancingArgs, "safe_variance_sensitivity", 2, 2.0),
+    (KoordinatorLoadAwareArgs, "cpu_weight", 0, 0),
+    (KoordinatorLoadAwareArgs, "memory_weight", 100, 100),
+    (KoordinatorLoadAwareArgs, "dominant_resource_weight", 100, 100),
+    (KoordinatorLoadAwareArgs, "cpu_usage_threshold", 0, 0),
+    (KoordinatorLoadAwareArgs, "memory_usage_threshold", 100, 100),
+    (KoordinatorLoadAwareArgs, "cpu_estimated_scaling_factor", 1, 1),
+    (KoordinatorLoadAwareArgs, "memory_estimated_scaling_factor", 100, 100),
+    (KoordinatorLoadAwareArgs, "node_metric_expiration_seconds", 1, 1),
 ]
 
 
@@ -309,6 +366,13 @@ def test_wrong_args_type_is_refused(name, args):
 def test_args_for_a_policy_that_is_not_a_baseline_are_refused():
     with pytest.raises(TypeError, match="only baselines take scheduler arguments; 'learned'"):
         make_scheduler("learned", ctx(), TargetLoadPackingArgs())
+
+
+def test_koordinator_refuses_all_weights_zero():
+    # upstream cannot express it: empty resourceWeights without a dominant weight get the defaults
+    with pytest.raises(ValueError, match="cpu_weight, memory_weight and dominant_resource_weight are all 0"):
+        KoordinatorLoadAwareArgs(cpu_weight=0, memory_weight=0)
+    assert KoordinatorLoadAwareArgs(cpu_weight=0, memory_weight=0, dominant_resource_weight=1).cpu_weight == 0
 
 
 def test_existing_call_forms_still_work():

@@ -183,7 +183,8 @@ def test_every_baseline_is_registered_under_its_name():
     ctx = SchedulerContext(train_pods=pod_table([(1000, 0, 1, 500)]))
     assert set(BASELINES) == {
         "kube-default", "least-allocated", "most-allocated", "balanced-allocation", "best-fit",
-        "dot-product", "gpu-packing", "gpu-clustering", "fgd", "target-load-packing", "random"}
+        "dot-product", "gpu-packing", "gpu-clustering", "fgd", "target-load-packing",
+        "load-variation-risk-balancing", "koordinator-load-aware", "random"}
     for name, cls in BASELINES.items():
         sched = make_scheduler(name, ctx)
         assert isinstance(sched, cls) and sched.name == name

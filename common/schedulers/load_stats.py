@@ -1,0 +1,64 @@
+"""The measured load of candidate nodes, as the load-aware baselines read it.
+
+Trimaran's LoadVariationRiskBalancing scores the windowed mean and standard deviation of each
+node's utilisation; Koordinator's LoadAware the latest usage and how old it is. Both come from
+``state.telemetry`` (a :class:`fedsched.common.learning.features.Telemetry`, read here by its
+field names only: schedulers never import the learning package) when the source has them:
+``cpu_mean`` / ``cpu_std`` / ``mem_mean`` / ``mem_std`` (fractions of capacity) and
+``metrics_age_s`` (seconds).
+
+Fallbacks, per field and per node: a field that is None (packing mode, the replay simulator,
+serving without telemetry) or a NaN entry (a node Prometheus has no value for) gives the mean
+``state.cpu_used / capacity`` (``mem_used`` for memory), the deviation 0 and the age 0 (fresh).
+An age of ``inf`` stays: the source has never had a sample of the node (both upstream plugins
+give a node without metrics their minimum score). A node without capacity of a resource has
+mean 0 for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedsched.common.model.cluster import ClusterState
+
+
+@dataclass(frozen=True)
+class NodeLoad:
+    """Per candidate node (in the order of ``nodes``): utilisation as fractions of capacity."""
+
+    cpu_mean: np.ndarray
+    cpu_std: np.ndarray
+    mem_mean: np.ndarray
+    mem_std: np.ndarray
+    age_s: np.ndarray  # seconds since the node's newest sample at the last refresh (0: fresh, inf: none)
+
+
+def _fraction(used: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(used))
+    np.divide(used, cap, out=out, where=cap > 0)
+    return out
+
+
+def _field(state: ClusterState, name: str, nodes: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    arr = getattr(state.telemetry, name, None)
+    if arr is None:
+        return fallback
+    v = np.asarray(arr, dtype=np.float64)[nodes]
+    return np.where(np.isnan(v), fallback, v)
+
+
+def node_load(state: ClusterState, nodes: np.ndarray) -> NodeLoad:
+    """The measured load of ``nodes`` with the fallbacks of the module docstring."""
+    nt = state.nodes
+    cpu_now = _fraction(state.cpu_used[nodes], nt.cpu[nodes].astype(np.float64))
+    mem_now = _fraction(state.mem_used[nodes], nt.mem[nodes].astype(np.float64))
+    zero = np.zeros(len(nodes))
+    return NodeLoad(
+        cpu_mean=_field(state, "cpu_mean", nodes, cpu_now),
+        cpu_std=_field(state, "cpu_std", nodes, zero),
+        mem_mean=_field(state, "mem_mean", nodes, mem_now),
+        mem_std=_field(state, "mem_std", nodes, zero),
+        age_s=_field(state, "metrics_age_s", nodes, zero),
+    )
