@@ -8,18 +8,27 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from fedsched.common.federation.run_config import app_defaults
+
+    defaults = app_defaults()  # the Flower run config's, which FederateConfig also uses
     p = sub.add_parser("federate", help="federated training of member clusters (Flower simulation)",
-                       description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       description=__doc__)
     p.add_argument("--out", required=True, help="output directory (report.json, plots, logs)")
     p.add_argument("--quick", action="store_true", help="a smaller run (about 2 minutes)")
-    p.add_argument("--clusters", type=int, default=None, help="number of member clusters")
-    p.add_argument("--rounds", type=int, default=None, help="federated rounds per strategy")
-    p.add_argument("--eta", type=float, default=None, help="personalisation weight in [0, 1]")
+    p.add_argument("--clusters", type=int, default=None,
+                   help=f"number of member clusters (default: run config min-nodes = "
+                        f"{defaults['min-nodes']})")
+    p.add_argument("--rounds", type=int, default=None,
+                   help=f"federated rounds per strategy (default: run config num-server-rounds = "
+                        f"{defaults['num-server-rounds']}; --quick: 3)")
+    p.add_argument("--eta", type=float, default=None,
+                   help=f"personalisation weight in [0, 1] (default: run config eta = {defaults['eta']})")
     p.add_argument("--app-dir", default=None, help="the Flower app directory (default: this checkout)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from fedsched.common.federation.run_config import APP_DIR
     from fedsched.coordinator.federate import FederateConfig, federate, format_report
 
     cfg = FederateConfig.quick() if args.quick else FederateConfig()
@@ -35,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         if not 0.0 <= args.eta <= 1.0:
             raise ValueError(f"--eta must be in [0, 1], got {args.eta}")
         cfg.eta = args.eta
-    app_dir = Path(args.app_dir) if args.app_dir else Path(__file__).resolve().parents[1]
+    app_dir = Path(args.app_dir) if args.app_dir else APP_DIR
     if not (app_dir / "pyproject.toml").exists():
         raise FileNotFoundError(f"{app_dir} is not the fedsched app directory (no pyproject.toml)")
 

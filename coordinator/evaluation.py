@@ -1,11 +1,33 @@
-"""The hub's central evaluation: the global model's GPU allocation on a held-out openb slice.
+"""The hub's central evaluation and per-round record, given to Flower as ``strategy.start(evaluate_fn=...)``.
+
+- :func:`central_evaluator`: the global model's GPU allocation on a held-out openb slice (test
+  pods, packing mode).
+- :class:`HubRecorder`: the ``evaluate_fn``. Flower calls it after every round with the
+  aggregated arrays (and once before the first round with the initial ones); for each new
+  round it evaluates the model, appends the round's entry to ``rounds.json`` (central
+  metrics, the members' metrics by partition, rejected and skipped updates, the aggregated
+  train metrics with bytes up/down, wall time) and then checkpoints the model
+  (``global.npz`` with its round number, written atomically). On a resumed hub it keeps the
+  entries of the rounds the checkpoint holds and drops any later one (a hub killed between the
+  two writes re-runs that round), so no round is lost or repeated. :meth:`HubRecorder.finish`
+  writes ``final.json``.
+
+May import: ``fedsched.common``, Flower's record types and :mod:`fedsched.coordinator.strategies`.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
-from fedsched.common.federation.weights import load_weights
+import numpy as np
+from flwr.app import ArrayRecord, MetricRecord
+
+from fedsched.common.federation.weights import load_npz, load_weights, save_npz
 from fedsched.common.learning.nets import NodeScoringPolicy
 from fedsched.common.learning.scorers import PolicyScheduler
 from fedsched.common.model.fragmentation import TypicalPods
@@ -18,16 +40,20 @@ from fedsched.common.model.traces import (
     split_by_hash,
 )
 from fedsched.common.sim.packing import run_packing
+from fedsched.coordinator.strategies import QuantizedUpdates
+
+Weights = dict[str, np.ndarray]
+ROUND_KEY = "__round__"  # the checkpoint's round number, beside the weights in global.npz
 
 
-def central_evaluator(n_nodes: int = 200, seed: int = 7):
-    """policy weights -> GPU allocation % on a held-out openb slice (test pods, packing)."""
+def central_evaluator(n_nodes: int, seed: int = 7) -> Callable[[Weights], dict[str, float]]:
+    """policy weights -> GPU allocation % on a held-out openb slice of ``n_nodes`` (test pods, packing)."""
     nodes = slice_cluster(load_nodes(builtin_trace("openb_node_list_gpu_node.csv")), n_nodes, 99_000 + seed)
     pods = load_pods(builtin_trace("openb_pod_list_default.csv"), nodes, allow_oversized=True)
     train, test = split_by_hash(fits_somewhere(pods, nodes), 0.3)
     typical = TypicalPods.from_pods(train)
 
-    def evaluate(weights: dict[str, np.ndarray]) -> dict[str, float]:
+    def evaluate(weights: Weights) -> dict[str, float]:
         policy = NodeScoringPolicy()
         load_weights(policy, weights)
         m = run_packing(nodes, test, PolicyScheduler(policy, typical), target_load=1.3, seed=seed,
@@ -35,3 +61,50 @@ def central_evaluator(n_nodes: int = 200, seed: int = 7):
         return {"alloc_gpu": float(m["alloc_gpu"]), "gpu_frag_amount": float(m["gpu_frag_amount"])}
 
     return evaluate
+
+
+def load_checkpoint(out: Path) -> tuple[int, Weights | None]:
+    """(rounds done, their global weights) from ``out/global.npz``; (0, None) without one."""
+    saved = load_npz(out / "global.npz")
+    if saved is None:
+        return 0, None
+    return int(saved.pop(ROUND_KEY)), saved
+
+
+class HubRecorder:
+    """Flower's ``evaluate_fn`` for the hub: central evaluation, ``rounds.json``, the checkpoint."""
+
+    def __init__(self, out: Path, strategy: QuantizedUpdates, evaluate: Callable[[Weights], dict[str, float]],
+                 resumed_from: int) -> None:
+        self.out, self.strategy, self.evaluate, self.resumed_from = out, strategy, evaluate, resumed_from
+        self.history_path = out / "rounds.json"
+        resumed = resumed_from > 0 and self.history_path.exists()
+        previous = json.loads(self.history_path.read_text()) if resumed else []
+        self.history: list[dict[str, Any]] = [h for h in previous if h["round"] <= resumed_from]
+        self.t0 = time.time()
+
+    def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        if server_round <= self.resumed_from:  # the initial arrays: already evaluated and recorded
+            return None
+        weights = {k: v.numpy() for k, v in arrays.items()}
+        central = self.evaluate(weights)
+        report = self.strategy.reports.get(server_round)
+        entry: dict[str, Any] = {"round": server_round, "central": central, "rejected": [], "skipped": [],
+                                 "members": {}}
+        if report is not None:
+            entry["rejected"] = [asdict(r) for r in report.rejected]
+            entry["skipped"] = list(report.skipped)
+            entry["members"] = {str(int(m.get("partition", node))): m for node, m in report.members.items()}
+            if report.train_metrics is not None:
+                entry["train"] = report.train_metrics
+        entry["wall_s"] = round(time.time() - self.t0, 1)
+        self.history.append(entry)
+        # History first, checkpoint second: a hub killed in between re-runs this round on restart.
+        self.history_path.write_text(json.dumps(self.history, indent=2))
+        save_npz(self.out / "global.npz", {**weights, ROUND_KEY: np.array(server_round)})
+        return MetricRecord(central)
+
+    def finish(self, rounds: int) -> None:
+        """``final.json``: the target number of rounds, the round resumed from, the whole history."""
+        (self.out / "final.json").write_text(json.dumps({"rounds": rounds, "resumed_from": self.resumed_from,
+                                                         "history": self.history}, indent=2))

@@ -13,11 +13,17 @@ federation), the global FedAvg and FedProx models, and the personalised model
 ``eta * W_local + (1 - eta) * W_global`` of the FedAvg run. Bytes sent per round (INT8
 uploads against their fp32 size) come from the members' reports. Writes
 ``DIR/report.json`` and ``DIR/rounds.png`` (central evaluation and members' reward per round).
+
+Settings: :class:`FederateConfig`'s defaults are the Flower run config's (pyproject's
+``[tool.flwr.app.config]``, via :mod:`fedsched.common.federation.run_config`); a run passes
+the values it sets with ``flwr run --run-config`` (:meth:`FederateConfig.run_config`) and the
+local-only baseline trains with the same run config's PPO settings.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -31,9 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from fedsched.agent.federation.task import MemberState
+from fedsched.agent.federation.task import MemberState, local_round, ppo_config
 from fedsched.common.federation.codec import personalised_mix
 from fedsched.common.federation.members import member_cluster
+from fedsched.common.federation.run_config import Value, app_defaults, run_config_arg, with_defaults
 from fedsched.common.federation.weights import load_npz, load_weights
 from fedsched.common.learning.nets import NodeScoringPolicy
 from fedsched.common.learning.scorers import PolicyScheduler
@@ -46,24 +53,37 @@ from fedsched.coordinator.server_app import initial_weights
 REPORT_METRICS = ("alloc_gpu", "alloc_cpu", "gpu_frag_amount", "frag_ratio", "failed_pods", "util_variance")
 
 
+# The Flower app's run-config defaults: FederateConfig's defaults, never a second copy.
+DEFAULTS = app_defaults()
+
+
 @dataclass
 class FederateConfig:
-    """What the main job runs (``--quick`` shrinks it to about two minutes)."""
+    """What the main job runs (``--quick`` shrinks it to about two minutes). The run-config
+    fields default to pyproject's ``[tool.flwr.app.config]``."""
 
-    clusters: int = 3  # member clusters (non-IID profiles, cycled)
-    rounds: int = 6  # federated rounds per strategy
-    local_steps: int = 512  # PPO decisions per member per round
-    eta: float = 0.2  # personalisation: eta * W_local + (1 - eta) * W_global
-    proximal_mu: float = 0.01  # FedProx
-    openb_nodes: int = 120  # size of the openb member's slice
-    eval_nodes: int = 200  # hub's held-out central evaluation slice
-    eval_seeds: int = 3  # seeds of the per-cluster evaluation
+    clusters: int = int(DEFAULTS["min-nodes"])  # member clusters (non-IID profiles, cycled)
+    rounds: int = int(DEFAULTS["num-server-rounds"])  # federated rounds per strategy
+    local_steps: int = int(DEFAULTS["local-steps"])  # PPO decisions per member per round
+    eta: float = float(DEFAULTS["eta"])  # personalisation: eta * W_local + (1 - eta) * W_global
+    proximal_mu: float = float(DEFAULTS["proximal-mu"])  # FedProx
+    openb_nodes: int = int(DEFAULTS["openb-nodes"])  # size of the openb member's slice
+    eval_nodes: int = int(DEFAULTS["eval-nodes"])  # hub's held-out central evaluation slice
+    init: str = str(DEFAULTS["init"])  # starting model: the shipped policy, or "random"
+    seed: int = int(DEFAULTS["seed"])  # seed of a random starting model
+    eval_seeds: int = 3  # seeds of the per-cluster evaluation (not a run-config setting)
     strategies: tuple[str, ...] = ("fedavg", "fedprox")
-    init: str = "shipped"  # starting model: the shipped policy, or "random"
 
     @classmethod
     def quick(cls) -> FederateConfig:
         return cls(rounds=3, local_steps=128, openb_nodes=40, eval_nodes=60, eval_seeds=2)
+
+    def run_config(self, strategy: str, run_dir: Path) -> dict[str, Value]:
+        """The run-config values this job sets for one run of ``strategy`` into ``run_dir``."""
+        return {"num-server-rounds": self.rounds, "strategy": strategy, "proximal-mu": self.proximal_mu,
+                "min-nodes": self.clusters, "eta": self.eta, "local-steps": self.local_steps,
+                "openb-nodes": self.openb_nodes, "eval-nodes": self.eval_nodes, "init": self.init,
+                "seed": self.seed, "out-dir": str(run_dir / "hub"), "state-dir": str(run_dir / "state")}
 
 
 def flwr_bin() -> str:
@@ -105,7 +125,7 @@ def stop_local_superlink(flwr_home: Path, include_apps: bool = False) -> int:
 
 def run_flower(app_dir: Path, out: Path, strategy: str, cfg: FederateConfig,
                progress: Callable[[str], None], *, name: str | None = None,
-               extra: dict[str, Any] | None = None, fresh: bool = True) -> Path:
+               extra: dict[str, Value] | None = None, fresh: bool = True) -> Path:
     """One ``flwr run`` of the federation into ``out/name`` (default: the strategy's name);
     ``extra`` adds run-config values; ``fresh=False`` keeps an earlier run's hub checkpoint
     (the hub then resumes from it)."""
@@ -115,13 +135,7 @@ def run_flower(app_dir: Path, out: Path, strategy: str, cfg: FederateConfig,
     if fresh and run_dir.exists():
         shutil.rmtree(run_dir)
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
-    run_config = " ".join([
-        f"num-server-rounds={cfg.rounds}", f"strategy='{strategy}'", f"proximal-mu={cfg.proximal_mu}",
-        f"min-nodes={cfg.clusters}", f"eta={cfg.eta}", f"local-steps={cfg.local_steps}",
-        f"openb-nodes={cfg.openb_nodes}", f"eval-nodes={cfg.eval_nodes}",
-        f"out-dir='{run_dir / 'hub'}'", f"state-dir='{run_dir / 'state'}'", f"init='{cfg.init}'",
-        *(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in (extra or {}).items()),
-    ])
+    run_config = run_config_arg({**cfg.run_config(strategy, run_dir), **(extra or {})})
     log_path = out / f"flwr-{name or strategy}.log"
     progress(f"flwr run ({name or strategy}: {strategy}, {cfg.clusters} clusters, {cfg.rounds} rounds); "
              f"log: {log_path}")
@@ -145,15 +159,16 @@ def run_flower(app_dir: Path, out: Path, strategy: str, cfg: FederateConfig,
 
 
 def local_only(member_id: int, cfg: FederateConfig, init: dict[str, np.ndarray], out: Path) -> dict:
-    """The same PPO budget on one member alone (eta = 1 and no global model)."""
-    from fedsched.agent.federation.task import local_round
-
+    """The same PPO budget (the run config's PPO settings) on one member alone: eta = 1, no
+    global model, every round kept."""
+    run_config = with_defaults({"local-steps": cfg.local_steps})  # what a member of this job gets
     member = member_cluster(member_id, openb_nodes=cfg.openb_nodes)
     state = MemberState(out / "local-only" / member.name)
     weights = init
     for rnd in range(1, cfg.rounds + 1):
-        local_round(member, state, weights, eta=1.0, steps=cfg.local_steps, mu=0.0,
-                    seed=1000 * rnd + member_id, server_round=rnd)
+        ppo = ppo_config(run_config, mu=0.0, seed=1000 * rnd + member_id)
+        local_round(member, state, weights, eta=1.0, ppo=ppo, upload_every=1, server_round=rnd,
+                    norm_threshold=math.inf)
         weights = state.load("local")
     return weights
 
@@ -186,7 +201,7 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     runs = {s: run_flower(app_dir, out, s, cfg, progress) for s in cfg.strategies}
-    init = initial_weights(cfg.init)  # the hub's starting model, for the local-only baseline too
+    init = initial_weights(cfg.init, cfg.seed)  # the hub's starting model, for the local-only baseline too
     report: dict[str, Any] = {"config": cfg.__dict__ | {"strategies": list(cfg.strategies)},
                               "clusters": {}, "rounds": {}}
     for s, d in runs.items():

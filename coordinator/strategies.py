@@ -1,4 +1,5 @@
-"""Hub strategies: Flower's own, made to accept INT8 deltas, validate them and resume.
+"""Hub strategies: Flower's own FedAvg, FedProx, FedTrimmedAvg and Krum, made to accept INT8 deltas,
+validate them and resume.
 
 Members upload the *change* of their weights this round (``W_local_new - W_global``),
 INT8-encoded with error feedback (:mod:`fedsched.common.federation.codec`). Flower's FedAvg would
@@ -8,22 +9,37 @@ average the int8 values and the scales as if they were weights (reference sectio
 1. decodes each reply's arrays into a float32 delta;
 2. validates it: the same tensors, shapes and dtypes as the model, no NaN/Inf, and a norm
    within ``norm_bound`` x the median norm of the round's *other* updates; a rejected update is
-   logged with its node and reason (``self.rejections``) and does not stop the round;
+   logged with its node and reason and does not stop the round;
 3. drops replies that report zero examples (a member that skipped its upload this round:
    sparse communication);
-4. rewrites each remaining reply's content to the full weights ``W_global + delta`` so the
-   parent (FedAvg, FedProx, FedTrimmedAvg, Krum) aggregates real weights, weighted by
-   ``num-examples`` (pods scheduled). With no usable reply the global model is kept.
+4. builds, for each remaining reply, a *new* message holding the full weights
+   ``W_global + delta`` (the member's message is left as it came), so the parent aggregates
+   real weights, weighted by ``num-examples`` (pods scheduled). With no usable reply the global
+   model is kept.
 
-``configure_train`` copies the shared config (``Strategy.start`` reuses one object),
-remembers the global arrays it sends, and adds ``round_offset`` to the round number so a
-resumed run continues its numbering. ``on_round`` (if set) is called with every round's
-aggregate for checkpointing.
+What each round's aggregation did (kept, rejected and skipped nodes, each member's metrics, the
+aggregated metrics) is in :attr:`QuantizedUpdates.reports`, by round, for the ServerApp's
+per-round history; Flower's ``Result`` keeps only the aggregated metrics.
+
+Round numbering: a resumed hub (``round_offset`` rounds already done) runs Flower's loop for
+the remaining rounds, which numbers them from 1 again. The strategy adds ``round_offset``
+wherever a number leaves Flower's loop: the number passed to the parent's ``configure_train``
+(so the members' ``server-round``) and ``aggregate_train``, the keys of :attr:`reports`, the
+round given to ``start``'s ``evaluate_fn`` and the keys of the returned ``Result``. Everything
+outside the loop sees one numbering, the federation's.
+
+``configure_train`` copies the shared config (``Strategy.start`` reuses one object and the
+parents write into it). :func:`make_strategy` picks a class by its run-config name.
+
+May import: ``fedsched.common`` and Flower's ServerApp API.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any
 
@@ -31,30 +47,100 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import FedAvg, FedProx, FedTrimmedAvg, Krum
+from flwr.serverapp.strategy import FedAvg, FedProx, FedTrimmedAvg, Krum, Result
 
 from fedsched.common.federation.codec import decode_int8
 
+MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
+EvaluateFn = Callable[[int, ArrayRecord], MetricRecord | None]
 
-class QuantizedUpdates:
-    """Mixin for a Flower strategy; see the module docstring."""
 
-    norm_bound: float = 5.0
-    round_offset: int = 0
-    on_round: Callable[[int, ArrayRecord], None] | None = None
+@dataclass(frozen=True)
+class Rejection:
+    """An update that did not count: the member's node and why."""
 
-    def _setup(self, norm_bound: float, round_offset: int) -> None:
-        self.norm_bound, self.round_offset = norm_bound, round_offset
-        self.rejections: dict[int, list[dict[str, Any]]] = {}
-        self.skipped: dict[int, list[int]] = {}
-        self.member_metrics: dict[int, dict[int, dict[str, float]]] = {}  # round -> node -> metrics
+    node: int
+    reason: str
+
+
+@dataclass
+class RoundReport:
+    """What one round's aggregation did."""
+
+    server_round: int  # the federation's round number (resumes included)
+    kept: list[int] = field(default_factory=list)  # nodes whose updates were aggregated
+    rejected: list[Rejection] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)  # nodes that reported zero examples
+    members: dict[int, dict[str, float]] = field(default_factory=dict)  # node -> its reply's metrics
+    train_metrics: dict[str, float] | None = None  # the parent's aggregate (None: nothing aggregated)
+
+
+def _check_fraction(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:  # also rejects NaN
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+
+
+def _check_count(name: str, value: int, minimum: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+class QuantizedUpdates(FedAvg):
+    """INT8 deltas, validation and round numbering on top of a Flower strategy (see the module
+    docstring). A mixin: use it before a Flower strategy, as the classes below do."""
+
+    def __init__(self, *, norm_bound: float, round_offset: int, **parent: Any) -> None:
+        if not norm_bound > 0:  # also rejects NaN; inf turns the norm check off
+            raise ValueError(f"norm_bound must be > 0 (a multiple of the round's median norm), "
+                             f"got {norm_bound}")
+        _check_count("round_offset", round_offset)
+        super().__init__(**parent)
+        _check_fraction("fraction_train", self.fraction_train)
+        _check_fraction("fraction_evaluate", self.fraction_evaluate)
+        _check_count("min_train_nodes", self.min_train_nodes)
+        _check_count("min_evaluate_nodes", self.min_evaluate_nodes)
+        _check_count("min_available_nodes", self.min_available_nodes)
+        self.norm_bound = float(norm_bound)
+        self.round_offset = round_offset
+        self.reports: dict[int, RoundReport] = {}
         self._global: dict[str, np.ndarray] = {}
+
+    def summary(self) -> None:
+        """Log summary configuration of the strategy."""
+        log(INFO, "\t├──> Quantized updates (INT8 deltas, validated before aggregation):")
+        log(INFO, "\t│\t├── Norm bound: %s x the median norm of the round's other updates", self.norm_bound)
+        log(INFO, "\t│\t└── Round offset: %d (rounds already done; numbering continues from %d)",
+            self.round_offset, self.round_offset + 1)
+        super().summary()
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: EvaluateFn | None = None) -> Result:
+        """Flower's ``start``, with the federation's round numbers given to ``evaluate_fn`` (the
+        initial call gets ``round_offset``: the round the initial arrays come from) and used as
+        the keys of the returned ``Result``."""
+        offset = self.round_offset
+
+        def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+            assert evaluate_fn is not None
+            return evaluate_fn(server_round + offset, arrays)
+
+        result = super().start(grid, initial_arrays, num_rounds=num_rounds, timeout=timeout,
+                               train_config=train_config, evaluate_config=evaluate_config,
+                               evaluate_fn=evaluate if evaluate_fn is not None else None)
+        return Result(arrays=result.arrays,
+                      train_metrics_clientapp={r + offset: m
+                                               for r, m in result.train_metrics_clientapp.items()},
+                      evaluate_metrics_clientapp={r + offset: m
+                                                  for r, m in result.evaluate_metrics_clientapp.items()},
+                      evaluate_metrics_serverapp={r + offset: m
+                                                  for r, m in result.evaluate_metrics_serverapp.items()})
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         self._global = {k: v.numpy() for k, v in arrays.items()}
-        return super().configure_train(server_round + self.round_offset, arrays, ConfigRecord(dict(config)),
-                                       grid)  # type: ignore[misc]
+        rnd = server_round + self.round_offset
+        return super().configure_train(rnd, arrays, ConfigRecord(dict(config)), grid)
 
     def validate(self, delta: dict[str, np.ndarray]) -> str | None:
         """Why ``delta`` cannot count (None if it can), before the norm check."""
@@ -74,82 +160,151 @@ class QuantizedUpdates:
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         rnd = server_round + self.round_offset
-        replies = list(replies)
-        decoded: list[tuple[Message, dict[str, np.ndarray], float]] = []
-        self.rejections[rnd], self.skipped[rnd], self.member_metrics[rnd] = [], [], {}
+        report = RoundReport(rnd)
+        self.reports[rnd] = report
+        decoded: list[tuple[Message, dict[str, np.ndarray], MetricRecord]] = []
         for msg in replies:
             if msg.has_error():
                 continue
-            node = msg.metadata.src_node_id
+            node = int(msg.metadata.src_node_id)
             try:
-                content = msg.content
-                metrics = next(iter(content.metric_records.values()))
-                n = float(metrics[self.weighted_by_key])  # type: ignore[attr-defined]
-                self.member_metrics[rnd][int(node)] = {k: float(v) for k, v in metrics.items()}
-                arrays = next(iter(content.array_records.values()))
+                metrics = next(iter(msg.content.metric_records.values()))
+                n = float(metrics[self.weighted_by_key])
+                report.members[node] = {k: float(v) for k, v in metrics.items()}  # type: ignore[arg-type]
+                arrays = next(iter(msg.content.array_records.values()))
                 delta = decode_int8({k: v.numpy() for k, v in arrays.items()})
             except (StopIteration, KeyError, ValueError, TypeError) as e:
-                self._reject(rnd, node, f"malformed reply: {e}")
+                self._reject(report, node, f"malformed reply: {e}")
                 continue
             if n <= 0:
-                self.skipped[rnd].append(node)
+                report.skipped.append(node)
                 continue
             reason = self.validate(delta)
             if reason is not None:
-                self._reject(rnd, node, reason)
+                self._reject(report, node, reason)
                 continue
-            decoded.append((msg, delta, n))
-        if decoded:
-            norms = np.array([np.sqrt(sum(float((d * d).sum()) for d in delta.values()))
-                              for _, delta, _ in decoded])
-            kept = []
-            for i, ((msg, delta, _n), norm) in enumerate(zip(decoded, norms, strict=True)):
-                # Leave-one-out median: one huge update cannot raise its own bar (with two
-                # members the plain median would be halfway to it).
-                others = np.delete(norms, i)
-                bound = self.norm_bound * max(float(np.median(others)), 1e-12) if len(others) else np.inf
-                if norm > bound:
-                    self._reject(rnd, msg.metadata.src_node_id,
-                                 f"update norm {norm:.3g} above {self.norm_bound:g} x the round's median")
-                    continue
-                full = ArrayRecord({k: Array((self._global[k] + delta[k]).astype(np.float32))
-                                    for k in self._global})
-                msg.content = RecordDict({self.arrayrecord_key: full,  # type: ignore[attr-defined]
-                                          "metrics": next(iter(msg.content.metric_records.values()))})
-                kept.append(msg)
-            decoded_msgs = kept
-        else:
-            decoded_msgs = []
-        log(INFO, "round %s: %s updates kept, %s rejected, %s without upload", rnd, len(decoded_msgs),
-            len(self.rejections[rnd]), len(self.skipped[rnd]))
-        if not decoded_msgs:
-            arrays: ArrayRecord | None = ArrayRecord({k: Array(v) for k, v in self._global.items()})
-            metrics = None
-        else:
-            arrays, metrics = super().aggregate_train(server_round, decoded_msgs)  # type: ignore[misc]
-        if self.on_round is not None and arrays is not None:
-            self.on_round(rnd, arrays)
-        return arrays, metrics
+            decoded.append((msg, delta, metrics))
+        norms = np.array([math.sqrt(sum(float((d * d).sum()) for d in delta.values()))
+                          for _, delta, _ in decoded])
+        kept: list[Message] = []
+        for i, (msg, delta, metrics) in enumerate(decoded):
+            # Leave-one-out median: one huge update cannot raise its own bar (with two
+            # members the plain median would be halfway to it).
+            others = np.delete(norms, i)
+            bound = self.norm_bound * max(float(np.median(others)), 1e-12) if len(others) else np.inf
+            if norms[i] > bound:
+                self._reject(report, int(msg.metadata.src_node_id),
+                             f"update norm {norms[i]:.3g} above {self.norm_bound:g} x the round's median")
+                continue
+            full = ArrayRecord({k: Array((self._global[k] + delta[k]).astype(np.float32))
+                                for k in self._global})
+            content = RecordDict({self.arrayrecord_key: full, "metrics": MetricRecord(dict(metrics))})
+            # A new message with a copy of the member's metadata (its node id for the parent's
+            # logs); the parent may consume it (FedTrimmedAvg pops its arrays).
+            kept.append(Message(content=content, metadata=copy.copy(msg.metadata)))
+            report.kept.append(int(msg.metadata.src_node_id))
+        log(INFO, "round %s: %s updates kept, %s rejected, %s without upload", rnd, len(kept),
+            len(report.rejected), len(report.skipped))
+        if not kept:
+            return ArrayRecord({k: Array(v) for k, v in self._global.items()}), None
+        arrays_out, metrics_out = super().aggregate_train(rnd, kept)
+        if metrics_out is not None:
+            report.train_metrics = {k: float(v) for k, v in metrics_out.items()}  # type: ignore[arg-type]
+        return arrays_out, metrics_out
 
-    def _reject(self, rnd: int, node: int, reason: str) -> None:
-        log(WARNING, "round %s: rejected the update of node %s: %s", rnd, node, reason)
-        self.rejections[rnd].append({"node": int(node), "reason": reason})
+    def _reject(self, report: RoundReport, node: int, reason: str) -> None:
+        log(WARNING, "round %s: rejected the update of node %s: %s", report.server_round, node, reason)
+        report.rejected.append(Rejection(int(node), reason))
 
 
-# Flower's strategies by run-config name; make_strategy puts the INT8/validation layer on top.
-BASES: dict[str, type] = {"fedavg": FedAvg, "fedprox": FedProx, "fedtrimmedavg": FedTrimmedAvg, "krum": Krum}
-STRATEGIES = tuple(BASES)
+class QuantizedFedAvg(QuantizedUpdates, FedAvg):
+    """Flower's FedAvg on INT8 deltas, with update validation and resumable round numbering."""
+
+    def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
+                 min_available_nodes: int, round_offset: int = 0, fraction_evaluate: float = 1.0,
+                 min_evaluate_nodes: int = 2, weighted_by_key: str = "num-examples",
+                 arrayrecord_key: str = "arrays", configrecord_key: str = "config",
+                 train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None) -> None:
+        super().__init__(norm_bound=norm_bound, round_offset=round_offset, fraction_train=fraction_train,
+                         fraction_evaluate=fraction_evaluate, min_train_nodes=min_train_nodes,
+                         min_evaluate_nodes=min_evaluate_nodes, min_available_nodes=min_available_nodes,
+                         weighted_by_key=weighted_by_key, arrayrecord_key=arrayrecord_key,
+                         configrecord_key=configrecord_key, train_metrics_aggr_fn=train_metrics_aggr_fn,
+                         evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
 
 
-def make_strategy(name: str, *, proximal_mu: float = 0.01, norm_bound: float = 5.0,
-                  round_offset: int = 0, **kw: Any) -> QuantizedUpdates:
-    """A strategy by name (``STRATEGIES``), with the INT8/validation layer on top."""
-    if name not in BASES:
+class QuantizedFedProx(QuantizedUpdates, FedProx):
+    """Flower's FedProx on INT8 deltas: sends ``proximal-mu``; members add the proximal term."""
+
+    def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
+                 min_available_nodes: int, proximal_mu: float, round_offset: int = 0,
+                 fraction_evaluate: float = 1.0, min_evaluate_nodes: int = 2,
+                 weighted_by_key: str = "num-examples", arrayrecord_key: str = "arrays",
+                 configrecord_key: str = "config", train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None) -> None:
+        if not 0.0 <= proximal_mu < math.inf:  # also rejects NaN
+            raise ValueError(f"proximal_mu must be finite and >= 0, got {proximal_mu}")
+        super().__init__(norm_bound=norm_bound, round_offset=round_offset, proximal_mu=proximal_mu,
+                         fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
+                         min_train_nodes=min_train_nodes, min_evaluate_nodes=min_evaluate_nodes,
+                         min_available_nodes=min_available_nodes, weighted_by_key=weighted_by_key,
+                         arrayrecord_key=arrayrecord_key, configrecord_key=configrecord_key,
+                         train_metrics_aggr_fn=train_metrics_aggr_fn,
+                         evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
+
+
+class QuantizedFedTrimmedAvg(QuantizedUpdates, FedTrimmedAvg):
+    """Flower's FedTrimmedAvg (coordinate-wise trimmed mean) on validated INT8 deltas."""
+
+    def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
+                 min_available_nodes: int, beta: float = 0.2, round_offset: int = 0,
+                 fraction_evaluate: float = 1.0, min_evaluate_nodes: int = 2,
+                 weighted_by_key: str = "num-examples", arrayrecord_key: str = "arrays",
+                 configrecord_key: str = "config", train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None) -> None:
+        if not 0.0 <= beta < 0.5:  # also rejects NaN
+            raise ValueError(f"beta (the fraction trimmed off each tail) must be in [0, 0.5), got {beta}")
+        super().__init__(norm_bound=norm_bound, round_offset=round_offset, beta=beta,
+                         fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
+                         min_train_nodes=min_train_nodes, min_evaluate_nodes=min_evaluate_nodes,
+                         min_available_nodes=min_available_nodes, weighted_by_key=weighted_by_key,
+                         arrayrecord_key=arrayrecord_key, configrecord_key=configrecord_key,
+                         train_metrics_aggr_fn=train_metrics_aggr_fn,
+                         evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
+
+
+class QuantizedKrum(QuantizedUpdates, Krum):
+    """Flower's Krum (the one update closest to its neighbours) on validated INT8 deltas."""
+
+    def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
+                 min_available_nodes: int, num_malicious_nodes: int = 0, round_offset: int = 0,
+                 fraction_evaluate: float = 1.0, min_evaluate_nodes: int = 2,
+                 weighted_by_key: str = "num-examples", arrayrecord_key: str = "arrays",
+                 configrecord_key: str = "config", train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None) -> None:
+        _check_count("num_malicious_nodes", num_malicious_nodes)
+        super().__init__(norm_bound=norm_bound, round_offset=round_offset,
+                         num_malicious_nodes=num_malicious_nodes, fraction_train=fraction_train,
+                         fraction_evaluate=fraction_evaluate, min_train_nodes=min_train_nodes,
+                         min_evaluate_nodes=min_evaluate_nodes, min_available_nodes=min_available_nodes,
+                         weighted_by_key=weighted_by_key, arrayrecord_key=arrayrecord_key,
+                         configrecord_key=configrecord_key, train_metrics_aggr_fn=train_metrics_aggr_fn,
+                         evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
+
+
+# The strategies by run-config name (``strategy = "..."``). The arguments that have a run-config key
+# (norm-bound, fraction-train, min-nodes, proximal-mu) have no default here: their one default is
+# pyproject's; the others keep Flower's.
+STRATEGIES: dict[str, type[QuantizedUpdates]] = {
+    "fedavg": QuantizedFedAvg, "fedprox": QuantizedFedProx,
+    "fedtrimmedavg": QuantizedFedTrimmedAvg, "krum": QuantizedKrum,
+}
+
+
+def make_strategy(name: str, **kwargs: Any) -> QuantizedUpdates:
+    """The strategy called ``name`` in the run config, built with ``kwargs`` (its ``__init__``'s
+    arguments; a strategy-specific one such as ``proximal_mu`` only for its strategy)."""
+    if name not in STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
-    base = BASES[name]
-    strategy_cls = type(f"Quantized{base.__name__}", (QuantizedUpdates, base), {})
-    if name == "fedprox":
-        kw["proximal_mu"] = proximal_mu
-    strategy = strategy_cls(**kw)
-    strategy._setup(norm_bound, round_offset)
-    return strategy
+    return STRATEGIES[name](**kwargs)

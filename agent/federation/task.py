@@ -1,20 +1,33 @@
-"""The member's task, independent of Flower's message plumbing.
+"""The member's task, independent of Flower's message plumbing (it takes the run config and the node
+config as plain mappings).
 
+- :func:`load_member`: which cluster this member is (its node config's own data when deployed,
+  else the simulated cluster of its ``partition-id``) and its :class:`MemberState`.
 - :class:`MemberState`: what outlives a run in the member's state directory: its local
-  weights ``W_local``, the INT8 error-feedback residual, and the change accumulated since
-  its last upload (all ``.npz``, written atomically).
+  weights ``W_local`` and the change accumulated since its last upload (``.npz``, written
+  atomically). The INT8 error-feedback residual belongs to the wire codec
+  (:func:`fedsched.agent.federation.mods.codec_mod`, in the run's ``context.state``).
+- :func:`ppo_config`: a member round's PPO settings from the run config (``local-steps``,
+  ``ppo-rollout-steps``, ``ppo-learning-rate``, ``ppo-update-epochs``, ``ppo-num-minibatches``);
+  every other field keeps :class:`fedsched.agent.learning.ppo.PPOConfig`'s default.
+- :func:`member_round`: the ClientApp's one local round: fine-tuning on the member's decision
+  log when its node config names one, else :func:`local_round`.
 - :func:`local_round`: one federated round on the member: start from the personalised mix
   ``eta * W_local + (1 - eta) * W_global`` (the global weights alone the first time),
-  train ``steps`` PPO decisions on the member's cluster (with FedProx's proximal term
-  anchored at ``W_global`` when ``mu > 0``), keep the result as ``W_local``, and return the
-  delta to upload (``W_local_new - W_global``) with the number of decisions trained on;
-  ``upload=False`` when the member skips this round (sparse communication).
-- :func:`finetune_on_log`: a deployed member's local update from its own decision log.
+  train PPO on the member's cluster (with FedProx's proximal term anchored at ``W_global``
+  when ``mu > 0``), keep the result as ``W_local``, and return the delta to upload
+  (``W_local_new - W_global``) with the number of decisions trained on; ``upload=False``
+  when the member skips this round (sparse communication).
+- :func:`finetune_round` / :func:`finetune_on_log`: a deployed member's local update from its
+  own decision log (behaviour cloning), and the personalised mix written for its extender.
 - :func:`write_serving_checkpoint`: the personalised mix as the extender's checkpoint.
+
+May import: ``fedsched.common``, ``fedsched.agent.learning`` and ``fedsched.agent.serving``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,10 +37,35 @@ import torch
 from fedsched.agent.learning.env import EnvConfig, SchedulingEnv
 from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
 from fedsched.common.federation.codec import personalised_mix
-from fedsched.common.federation.members import Member
+from fedsched.common.federation.members import Member, member_cluster, member_from_node_config
+from fedsched.common.federation.run_config import Value
 from fedsched.common.federation.weights import load_npz, load_weights, save_npz, weights_of
 from fedsched.common.learning.nets import NodeScoringPolicy
 from fedsched.common.model.fragmentation import TypicalPods
+
+Weights = dict[str, np.ndarray]
+Config = Mapping[str, Value]
+
+
+def partition_id(node_config: Config) -> int:
+    """The member's partition id (simulation numbers its nodes; a deployed member may set one)."""
+    return int(node_config.get("partition-id", 0))
+
+
+def load_member(node_config: Config, run_config: Config) -> tuple[Member, MemberState]:
+    """The member's cluster and its state directory (``state-dir``/its name)."""
+    member = member_from_node_config(node_config) or member_cluster(
+        partition_id(node_config), openb_nodes=int(run_config["openb-nodes"]))
+    return member, MemberState(Path(str(run_config["state-dir"])) / member.name)
+
+
+def ppo_config(run_config: Config, *, mu: float, seed: int) -> PPOConfig:
+    """A member round's PPO settings from the run config (see the module docstring)."""
+    steps = int(run_config["local-steps"])
+    return PPOConfig(total_steps=steps, num_steps=min(int(run_config["ppo-rollout-steps"]), steps),
+                     num_minibatches=int(run_config["ppo-num-minibatches"]),
+                     update_epochs=int(run_config["ppo-update-epochs"]),
+                     learning_rate=float(run_config["ppo-learning-rate"]), proximal_mu=mu, seed=seed)
 
 
 def finetune_on_log(global_w: dict[str, np.ndarray], start: dict[str, np.ndarray], log_dir: str, window: int,
@@ -69,10 +107,10 @@ class RoundResult:
     upload: bool
 
 
-def local_round(member: Member, state: MemberState, global_w: dict[str, np.ndarray], *, eta: float,
-                steps: int, mu: float, seed: int, upload_every: int = 1, server_round: int = 1,
-                norm_threshold: float = float("inf")) -> RoundResult:
-    """One round on a member; see the module docstring."""
+def local_round(member: Member, state: MemberState, global_w: Weights, *, eta: float, ppo: PPOConfig,
+                upload_every: int, server_round: int, norm_threshold: float) -> RoundResult:
+    """One round on a member with PPO settings ``ppo`` (its ``proximal_mu`` > 0: FedProx's term
+    anchored at ``global_w``); see the module docstring."""
     local = state.load("local")
     start = personalised_mix(local, global_w, eta) if local is not None else global_w
     policy = NodeScoringPolicy()
@@ -81,10 +119,8 @@ def local_round(member: Member, state: MemberState, global_w: dict[str, np.ndarr
               if k in dict(policy.named_parameters())}
     typical = TypicalPods.from_pods(member.train)
     env = SchedulingEnv(member.nodes, member.train, typical=typical,
-                        config=EnvConfig(mode="packing", target_load=1.1), seed=seed)
-    cfg = PPOConfig(total_steps=steps, num_steps=min(128, steps), num_minibatches=4, update_epochs=2,
-                    learning_rate=3e-4, proximal_mu=mu, seed=seed)
-    trainer = PPOTrainer([env], cfg, policy, anchor=anchor if mu > 0 else None)
+                        config=EnvConfig(mode="packing", target_load=1.1), seed=ppo.seed)
+    trainer = PPOTrainer([env], ppo, policy, anchor=anchor if ppo.proximal_mu > 0 else None)
     rewards: list[float] = []
     trainer.train(on_update=lambda s: rewards.append(s["mean_reward"]))
     new = weights_of(trainer.policy)
@@ -100,6 +136,43 @@ def local_round(member: Member, state: MemberState, global_w: dict[str, np.ndarr
     return RoundResult(delta if upload else {k: np.zeros_like(v) for k, v in delta.items()},
                        trainer.global_step if upload else 0,
                        float(np.mean(rewards)) if rewards else 0.0, upload)
+
+
+def finetune_round(state: MemberState, global_w: Weights, *, eta: float, log_dir: str, window: int,
+                   learning_rate: float, epochs: int, seed: int, serve_path: str | None,
+                   server_round: int) -> RoundResult:
+    """A deployed member's round: behaviour cloning on its decision log's last ``window``
+    entries from its personalised mix; with ``serve_path`` the new mix is written there for its
+    extender (``fedsched serve --policy`` hot-reloads it). Always uploads."""
+    local = state.load("local")
+    start = personalised_mix(local, global_w, eta) if local is not None else global_w
+    new, used = finetune_on_log(global_w, start, log_dir, window, learning_rate, epochs, seed=seed)
+    state.save("local", new)
+    if serve_path:
+        write_serving_checkpoint(serve_path, personalised_mix(new, global_w, eta), server_round)
+    return RoundResult({k: (new[k] - global_w[k]).astype(np.float32) for k in global_w}, used, 0.0, True)
+
+
+def member_round(member: Member, state: MemberState, global_w: Weights, run_config: Config,
+                 node_config: Config, *, server_round: int, mu: float) -> RoundResult:
+    """The ClientApp's local round: on the member's decision log when its node config names one
+    (``decision-log``, with ``window`` overriding the run config's ``finetune-window`` and
+    ``serve-policy``), else PPO on its cluster. Seeded by round and partition."""
+    eta = float(run_config["eta"])
+    if not 0.0 <= eta <= 1.0:
+        raise ValueError(f"run config eta must be in [0, 1], got {eta}")
+    seed = 1000 * server_round + partition_id(node_config)
+    log_dir = node_config.get("decision-log")
+    if log_dir:  # deployment: learn from the member's own recent decisions
+        serve_path = node_config.get("serve-policy")
+        return finetune_round(state, global_w, eta=eta, log_dir=str(log_dir),
+                              window=int(node_config.get("window", run_config["finetune-window"])),
+                              learning_rate=float(run_config["finetune-learning-rate"]),
+                              epochs=int(run_config["finetune-epochs"]), seed=seed,
+                              serve_path=str(serve_path) if serve_path else None, server_round=server_round)
+    return local_round(member, state, global_w, eta=eta, ppo=ppo_config(run_config, mu=mu, seed=seed),
+                       upload_every=int(run_config["upload-every"]), server_round=server_round,
+                       norm_threshold=float(run_config["upload-norm"]))
 
 
 def write_serving_checkpoint(path: str | Path, weights: dict[str, np.ndarray], server_round: int,

@@ -1,14 +1,30 @@
-"""Hub strategies: INT8 deltas dequantised before Flower's aggregation, validation, zero-example rounds."""
+"""Hub strategies: INT8 deltas dequantised before Flower's aggregation, validation, zero-example rounds,
+the explicit subclasses' argument checks and summaries, one round numbering on a resumed hub, and
+replies built new."""
 
 from __future__ import annotations
 
+import logging
+import math
+
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.serverapp.strategy import FedAvg, FedProx, FedTrimmedAvg, Krum
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedsched.common.federation.codec import ErrorFeedback, encode_int8
-from fedsched.coordinator.strategies import make_strategy
+from fedsched.common.federation.weights import weights_of
+from fedsched.common.learning.nets import NodeScoringPolicy
+from fedsched.coordinator.strategies import (
+    STRATEGIES,
+    QuantizedFedAvg,
+    QuantizedFedProx,
+    QuantizedFedTrimmedAvg,
+    QuantizedKrum,
+    QuantizedUpdates,
+    make_strategy,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -25,12 +41,22 @@ class ThreeNodes:
         return [11, 12, 13]
 
 
+# The arguments with a run-config key have no default (pyproject holds it): the tests' values.
+SETTINGS = {"norm_bound": 5.0, "fraction_train": 1.0, "min_train_nodes": 3, "min_available_nodes": 3}
+
+
+def strategy(name: str, **kwargs):
+    own = {"proximal_mu": 0.01} if name == "fedprox" else {}
+    return make_strategy(name, **{**SETTINGS, **own, **kwargs})
+
+
 GLOBAL = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.zeros(4, np.float32)}
 
 
-def send(strategy, config=None):
+def send(strategy, config=None, server_round: int = 1):
     arrays = ArrayRecord({k: Array(v) for k, v in GLOBAL.items()})
-    return list(strategy.configure_train(1, arrays, config or ConfigRecord({"lr": 0.1}), ThreeNodes()))
+    config = config or ConfigRecord({"lr": 0.1})
+    return list(strategy.configure_train(server_round, arrays, config, ThreeNodes()))
 
 
 def reply(to: Message, delta: dict, n: float, codec=encode_int8) -> Message:
@@ -47,7 +73,7 @@ def deltas(seed: int, scale: float = 0.1) -> dict:
 
 @pytest.mark.parametrize("name", ["fedavg", "fedprox"])
 def test_dequantised_aggregation_equals_the_fp32_weighted_mean(name):
-    s = make_strategy(name, min_available_nodes=3, min_train_nodes=3)
+    s = strategy(name)
     msgs = send(s)
     ds, ns = [deltas(i) for i in range(3)], [10.0, 30.0, 60.0]
     arrays, metrics = s.aggregate_train(1, [reply(m, d, n) for m, d, n in zip(msgs, ds, ns, strict=True)])
@@ -56,11 +82,13 @@ def test_dequantised_aggregation_equals_the_fp32_weighted_mean(name):
         step = max(float(np.abs(d[k]).max()) for d in ds) / 127
         np.testing.assert_allclose(arrays[k].numpy(), expected[k], atol=step)
     assert metrics["reward"] == pytest.approx(1.0)
-    assert s.rejections[1] == [] and s.skipped[1] == []
+    report = s.reports[1]
+    assert report.rejected == [] and report.skipped == []
+    assert sorted(report.kept) == [11, 12, 13] and report.train_metrics["reward"] == pytest.approx(1.0)
 
 
 def test_bad_updates_are_rejected_with_node_and_reason_and_the_round_goes_on():
-    s = make_strategy("fedavg", min_available_nodes=3, min_train_nodes=3)
+    s = strategy("fedavg")
     msgs = send(s)
     good = deltas(0)
     nan = deltas(1)
@@ -76,49 +104,189 @@ def test_bad_updates_are_rejected_with_node_and_reason_and_the_round_goes_on():
 
     replies.append(reply(msgs[2], nan, 10, codec=raw_floats))
     arrays, _ = s.aggregate_train(1, replies)
-    reasons = {r["node"]: r["reason"] for r in s.rejections[1]}
+    reasons = {r.node: r.reason for r in s.reports[1].rejected}
     node = [m.metadata.dst_node_id for m in msgs]  # sampling shuffles the node order
     assert set(reasons) == {node[1], node[2]}
     assert "norm" in reasons[node[1]] and "NaN" in reasons[node[2]]
+    assert s.reports[1].kept == [node[0]]
     np.testing.assert_allclose(arrays["w"].numpy(), GLOBAL["w"] + good["w"], atol=0.1 / 127 * 4)
 
 
 def test_shape_mismatch_and_zero_example_rounds():
-    s = make_strategy("fedavg", min_available_nodes=3, min_train_nodes=3)
+    s = strategy("fedavg")
     msgs = send(s)
     wrong = {"w": np.zeros((3, 2), np.float32), "b": np.zeros(4, np.float32)}
     replies = [reply(msgs[0], wrong, 10), reply(msgs[1], deltas(1), 0), reply(msgs[2], deltas(2), 0)]
     arrays, metrics = s.aggregate_train(1, replies)
     node = [m.metadata.dst_node_id for m in msgs]
-    assert s.rejections[1][0]["node"] == node[0] and "shape" in s.rejections[1][0]["reason"]
-    assert sorted(s.skipped[1]) == sorted(node[1:])
+    report = s.reports[1]
+    assert report.rejected[0].node == node[0] and "shape" in report.rejected[0].reason
+    assert sorted(report.skipped) == sorted(node[1:])
     for k in GLOBAL:  # nothing usable: the global model is kept
         np.testing.assert_array_equal(arrays[k].numpy(), GLOBAL[k])
-    assert metrics is None
+    assert metrics is None and report.train_metrics is None
 
 
 def test_config_is_copied_rounds_are_offset_and_fedprox_sends_mu():
     shared = ConfigRecord({"lr": 0.1})
-    s = make_strategy("fedprox", proximal_mu=0.05, round_offset=4, min_available_nodes=3, min_train_nodes=3)
+    s = strategy("fedprox", proximal_mu=0.05, round_offset=4)
+    assert isinstance(s, QuantizedFedProx) and isinstance(s, FedProx)
     msgs = send(s, shared)
     cfg = msgs[0].content["config"]
     assert cfg["server-round"] == 5 and cfg["proximal-mu"] == pytest.approx(0.05)
     assert "server-round" not in shared and "proximal-mu" not in shared
     with pytest.raises(ValueError, match="unknown strategy"):
-        make_strategy("fedsgd")
+        strategy("fedsgd")
+    with pytest.raises(TypeError):  # FedAvg has no proximal term
+        strategy("fedavg", proximal_mu=0.05)
+    with pytest.raises(TypeError):  # the run-config-backed arguments have no default in code
+        QuantizedFedProx(norm_bound=5.0, fraction_train=1.0, min_train_nodes=2, min_available_nodes=2)
 
 
 def test_error_feedback_uploads_average_correctly_over_rounds():
-    s = make_strategy("fedavg", min_available_nodes=3, min_train_nodes=3)
+    s = strategy("fedavg")
     efs = [ErrorFeedback() for _ in range(3)]
-    total = {k: np.zeros_like(v) for k, v in GLOBAL.items()}
     for rnd in range(5):
         msgs = send(s)
         ds = [deltas(10 * rnd + i, scale=0.01) for i in range(3)]
         arrays, _ = s.aggregate_train(1, [reply(m, d, 1.0, codec=ef.encode)
                                           for m, d, ef in zip(msgs, ds, efs, strict=True)])
         for k in GLOBAL:
-            total[k] += sum(d[k] for d in ds) / 3
             moved = arrays[k].numpy() - GLOBAL[k]
             # each round aggregates relative to GLOBAL here; the mean of the sent deltas
             assert np.abs(moved - sum(d[k] for d in ds) / 3).max() < 0.05
+
+
+def test_each_name_is_an_explicit_subclass_of_flowers_strategy():
+    parents = {"fedavg": FedAvg, "fedprox": FedProx, "fedtrimmedavg": FedTrimmedAvg, "krum": Krum}
+    assert set(STRATEGIES) == set(parents)
+    for name, parent in parents.items():
+        cls = STRATEGIES[name]
+        assert issubclass(cls, QuantizedUpdates) and issubclass(cls, parent)
+        assert cls.__mro__[1] is QuantizedUpdates  # the INT8 layer runs before the parent's code
+        assert cls.__name__ == f"Quantized{parent.__name__}"
+
+
+@pytest.mark.parametrize(("name", "kwargs", "message"), [
+    ("fedavg", {"norm_bound": 0.0}, "norm_bound"),
+    ("fedavg", {"norm_bound": math.nan}, "norm_bound"),
+    ("fedavg", {"round_offset": -1}, "round_offset"),
+    ("fedavg", {"round_offset": 1.5}, "round_offset"),
+    ("fedavg", {"fraction_train": 1.5}, "fraction_train"),
+    ("fedavg", {"fraction_evaluate": -0.1}, "fraction_evaluate"),
+    ("fedavg", {"min_train_nodes": -1}, "min_train_nodes"),
+    ("fedavg", {"min_available_nodes": -2}, "min_available_nodes"),
+    ("fedprox", {"proximal_mu": -0.1}, "proximal_mu"),
+    ("fedprox", {"proximal_mu": math.inf}, "proximal_mu"),
+    ("fedtrimmedavg", {"beta": 0.5}, "beta"),
+    ("krum", {"num_malicious_nodes": -1}, "num_malicious_nodes"),
+    ("krum", {"fraction_train": math.nan}, "fraction_train"),
+])
+def test_arguments_are_checked_with_clear_errors(name, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        strategy(name, **kwargs)
+
+
+def test_summary_logs_the_validation_settings_and_the_parents(caplog):
+    caplog.set_level(logging.INFO, logger="flwr")
+    cases = [
+        (QuantizedFedAvg(**{**SETTINGS, "norm_bound": 3.0}, round_offset=4),
+         ["Norm bound: 3.0", "Round offset: 4", "Fraction: train"]),
+        (QuantizedFedProx(**SETTINGS, proximal_mu=0.05),
+         ["Norm bound: 5.0", "Proximal mu: 0.05", "Minimum nodes"]),
+        (QuantizedFedTrimmedAvg(**SETTINGS, beta=0.3),
+         ["Round offset: 0", "beta: 0.3", "Weighted by: 'num-examples'"]),
+        (QuantizedKrum(**SETTINGS, num_malicious_nodes=1),
+         ["Norm bound", "Number of malicious nodes: 1", "ArrayRecord key"]),
+    ]
+    for strategy, expected in cases:
+        caplog.clear()
+        strategy.summary()
+        text = caplog.text
+        for line in expected:
+            assert line in text, (type(strategy).__name__, line, text)
+        assert text.index("Norm bound") < text.index("Fraction: train")  # ours first, then the parent's
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedtrimmedavg", "krum"])
+def test_replies_are_not_mutated(name):
+    s = strategy(name)
+    msgs = send(s)
+    replies = [reply(m, deltas(i), 10.0 * (i + 1)) for i, m in enumerate(msgs)]
+    before = [{k: v.numpy().copy() for k, v in r.content["arrays"].items()} for r in replies]
+    contents = [r.content for r in replies]
+    arrays, _ = s.aggregate_train(1, replies)
+    assert arrays is not None and set(arrays) == set(GLOBAL)
+    for i, (r, content, was) in enumerate(zip(replies, contents, before, strict=True)):
+        assert r.content is content
+        now = {k: v.numpy() for k, v in r.content["arrays"].items()}
+        assert set(now) == set(was) == {"w.q", "w.scale", "b.q", "b.scale"}
+        for k in was:
+            np.testing.assert_array_equal(now[k], was[k])
+        assert dict(r.content["metrics"]) == {"num-examples": 10.0 * (i + 1), "reward": 1.0}
+
+
+class InProcessGrid:
+    """Flower's Grid as Strategy.start uses it (node ids, send and receive), delivering each
+    message to the real ClientApp in this process with one persistent Context per node, and
+    turning an exception into an error reply as Flower's runtime does."""
+
+    def __init__(self, client_app, node_ids: list[int], run_config: dict) -> None:
+        self.app = client_app
+        self.contexts = {nid: Context(run_id=1, node_id=nid, node_config={"partition-id": i},
+                                      state=RecordDict(), run_config=dict(run_config))
+                         for i, nid in enumerate(node_ids)}
+        self.sent: list[Message] = []
+
+    def get_node_ids(self):
+        return list(self.contexts)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for msg in messages:
+            self.sent.append(msg)
+            try:
+                replies.append(self.app(msg, self.contexts[msg.metadata.dst_node_id]))
+            except Exception as e:  # the runtime reports any ClientApp failure as an error reply
+                replies.append(Message(Error(code=1, reason=str(e)), reply_to=msg))
+        return replies
+
+
+def test_a_resumed_strategy_numbers_rounds_as_the_federation_does(tmp_path):
+    """Four rounds done, two more: the members, the reports, evaluate_fn and the Result all see
+    rounds 5 and 6 (and evaluate_fn's initial call the checkpoint's round, 4)."""
+    from fedsched.agent.federation.client_app import app as client_app
+
+    tiny = {"local-steps": 16, "openb-nodes": 20, "state-dir": str(tmp_path)}
+    grid = InProcessGrid(client_app, [11, 12], tiny)
+    s = strategy("fedavg", round_offset=4, fraction_evaluate=0.0, min_train_nodes=2, min_available_nodes=2)
+    initial = ArrayRecord({k: Array(v) for k, v in weights_of(NodeScoringPolicy()).items()})
+    evaluated: list[int] = []
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        evaluated.append(server_round)
+        return MetricRecord({"tensors": len(arrays)})
+
+    result = s.start(grid, initial, num_rounds=2, train_config=ConfigRecord(), evaluate_fn=evaluate_fn)
+    assert evaluated == [4, 5, 6]
+    assert sorted({int(m.content["config"]["server-round"]) for m in grid.sent}) == [5, 6]
+    assert sorted(s.reports) == [5, 6] and all(len(s.reports[r].kept) == 2 for r in (5, 6))
+    assert sorted(result.train_metrics_clientapp) == [5, 6]
+    assert sorted(result.evaluate_metrics_serverapp) == [4, 5, 6]
+    last = result.train_metrics_clientapp[6]
+    assert last["bytes-up"] <= 0.26 * last["bytes-up-fp32"]  # the members' codec mod sent INT8
+
+
+def test_a_failed_member_does_not_stop_the_round(tmp_path):
+    from fedsched.agent.federation.client_app import app as client_app
+
+    grid = InProcessGrid(client_app, [11, 12, 13], {"local-steps": 16, "openb-nodes": 20,
+                                                    "state-dir": str(tmp_path), "fail-rate": 0.5})
+    s = strategy("fedavg", fraction_evaluate=0.0)
+    initial = ArrayRecord({k: Array(v) for k, v in weights_of(NodeScoringPolicy()).items()})
+    result = s.start(grid, initial, num_rounds=2, train_config=ConfigRecord())
+    for rnd in (1, 2):  # fail-rate is seeded by round and partition (the failure mod's rule)
+        alive = [nid for pid, nid in enumerate((11, 12, 13))
+                 if np.random.default_rng([rnd, pid, 7]).random() >= 0.5]
+        assert sorted(s.reports[rnd].kept) == alive and s.reports[rnd].rejected == []
+    assert set(result.arrays) == set(initial)

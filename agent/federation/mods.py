@@ -1,0 +1,121 @@
+"""ClientApp mods (Flower's ``Mod``: ``(msg, context, call_next) -> Message``): the run-config defaults,
+the wire codec and the experiment knobs, around the member's plain ``train``.
+
+- :func:`run_config_defaults_mod` (the app's, outermost): hands the layers below a context whose
+  run config has pyproject's defaults for the keys the runtime did not pass (``run_simulation``
+  passes none), so each reads ``context.run_config["key"]``. The runtime's own context is not
+  modified (Flower refuses a context whose run config changed); the state is shared.
+- :func:`failure_mod` (``fail-rate``): the member fails the round with that probability
+  (seeded by round and partition) before doing any work, as a crashed member would; Flower
+  turns the exception into an error reply.
+- :func:`codec_mod` (``codec``): ``train`` replies with its float32 update (``NAME.raw``); with
+  ``codec = "int8"`` (the default) this mod quantises it to INT8 with error feedback (the
+  residual lives in the run's ``context.state``, Flower's per-node scratchpad for mods) and
+  reports the bytes it sends; ``codec = "fp32"`` (the benchmark's knob) passes the float32
+  update through. An update that is not finite cannot be quantised and goes out as it is
+  (the hub rejects it).
+- :func:`poison_mod` (``poison-members``, ``poison-kind``): the listed partitions send NaN,
+  10^4-times scaled or sign-flipped updates instead of their own.
+
+Each knob is a pass-through unless its run-config key is set (``fail-rate`` > 0, a member listed
+in ``poison-members``, ``codec = "fp32"`` for the codec). They are attached at import, as a
+``ClientApp`` is assembled before any run config exists (one FAB serves runs with different
+run configs, and a deployed ClientApp is a new process per message), and each decides per
+message from its own key. Order (outermost first): failures, codec, poison: a poisoned update
+is corrupted before it is encoded, as a broken learner's would be. Each mod builds its reply
+new (``Message(content, reply_to=msg)``); the inner reply is never edited.
+
+May import: ``fedsched.common``, ``fedsched.agent.federation.task`` and Flower's ClientApp API.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp.typing import ClientAppCallable
+
+from fedsched.agent.federation.task import partition_id
+from fedsched.common.federation.codec import RAW_SUFFIX, ErrorFeedback, decode_int8, encode_int8, nbytes
+from fedsched.common.federation.run_config import with_run_config_defaults
+
+POISON_KINDS = ("nan", "huge", "flip")
+CODECS = ("int8", "fp32")
+RESIDUAL_KEY = "codec.int8-residual"  # the error-feedback residual in context.state
+
+
+def run_config_defaults_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Call the next layer with pyproject's defaults for the run-config keys the runtime did not pass."""
+    return call_next(msg, with_run_config_defaults(context))
+
+
+def failure_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Fail the round with probability ``fail-rate`` (seeded by round and partition)."""
+    rate = float(context.run_config["fail-rate"])
+    if rate != 0.0:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"run config fail-rate must be in [0, 1], got {rate}")
+        rnd, pid = int(msg.content["config"]["server-round"]), partition_id(context.node_config)
+        if np.random.default_rng([rnd, pid, 7]).random() < rate:
+            raise RuntimeError(f"member {pid}: injected failure in round {rnd} (fail-rate)")
+    return call_next(msg, context)
+
+
+def _update(reply: Message) -> tuple[dict[str, np.ndarray], MetricRecord]:
+    arrays = next(iter(reply.content.array_records.values()))
+    metrics = next(iter(reply.content.metric_records.values()))
+    return decode_int8({k: v.numpy() for k, v in arrays.items()}), metrics
+
+
+def _reply(msg: Message, arrays: dict[str, np.ndarray], metrics: MetricRecord) -> Message:
+    content = RecordDict({"arrays": ArrayRecord({k: Array(np.asarray(v)) for k, v in arrays.items()}),
+                          "metrics": metrics})
+    return Message(content, reply_to=msg)
+
+
+def poisoned(delta: dict[str, np.ndarray], kind: str) -> dict[str, np.ndarray]:
+    """The update a poisoned member sends instead of ``delta``."""
+    if kind == "nan":
+        return {k: np.full_like(v, np.nan) for k, v in delta.items()}
+    if kind == "huge":
+        return {k: v * np.float32(1e4) for k, v in delta.items()}
+    if kind == "flip":
+        return {k: -v for k, v in delta.items()}
+    raise ValueError(f"unknown poison-kind {kind!r}: expected {', '.join(POISON_KINDS)}")
+
+
+def poison_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Replace the update of the partitions in ``poison-members`` by a ``poison-kind`` one."""
+    members = {m.strip() for m in str(context.run_config["poison-members"]).split(",") if m.strip()}
+    if not members:
+        return call_next(msg, context)
+    kind = str(context.run_config["poison-kind"])
+    if kind not in POISON_KINDS:
+        raise ValueError(f"unknown poison-kind {kind!r}: expected {', '.join(POISON_KINDS)}")
+    reply = call_next(msg, context)
+    if str(partition_id(context.node_config)) not in members or reply.has_error():
+        return reply
+    delta, metrics = _update(reply)
+    bad = {k + RAW_SUFFIX: v for k, v in poisoned(delta, kind).items()}
+    return _reply(msg, bad, MetricRecord(dict(metrics)))
+
+
+def codec_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Encode the outgoing update with the run config's ``codec`` (see the module docstring)."""
+    codec = str(context.run_config["codec"])
+    if codec not in CODECS:
+        raise ValueError(f"unknown codec {codec!r}: expected {', '.join(CODECS)}")
+    reply = call_next(msg, context)
+    if codec == "fp32" or reply.has_error():
+        return reply
+    delta, metrics = _update(reply)
+    if not all(np.isfinite(v).all() for v in delta.values()):
+        encoded = {k + RAW_SUFFIX: v for k, v in delta.items()}  # NaN/Inf cannot be quantised
+    elif int(metrics["uploaded"]):
+        ef = ErrorFeedback()
+        if RESIDUAL_KEY in context.state:
+            ef.load({k: v.numpy() for k, v in context.state.array_records[RESIDUAL_KEY].items()})
+        encoded = ef.encode(delta)
+        context.state[RESIDUAL_KEY] = ArrayRecord({k: Array(v) for k, v in ef.state().items()})
+    else:  # a skipped upload still sends the same keys (zeros) so replies stay consistent
+        encoded = encode_int8(delta)
+    return _reply(msg, encoded, MetricRecord({**metrics, "bytes-up": int(nbytes(encoded))}))
