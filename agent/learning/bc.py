@@ -30,11 +30,16 @@ from fedsched.common.schedulers.base import Placement
 
 @dataclass
 class BCConfig:
-    samples: int = 20_000  # teacher decisions to log (over all environments)
-    epochs: int = 8  # passes over the log
-    batch_size: int = 128  # decisions per minibatch
-    learning_rate: float = 1e-3  # Adam step size
-    seed: int = 1  # seeds the data order and initialisation
+    samples: int = 20_000
+    """teacher decisions to log (over all environments)"""
+    epochs: int = 8
+    """passes over the log"""
+    batch_size: int = 128
+    """decisions per minibatch"""
+    learning_rate: float = 1e-3
+    """Adam step size"""
+    seed: int = 1
+    """seeds the data order and initialisation"""
 
 
 def collect(envs: list[SchedulingEnv], teacher: Scheduler, samples: int,

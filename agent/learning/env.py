@@ -28,7 +28,7 @@ placements, fragmentation ratio and SLA violations (pods waiting longer than
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -54,27 +54,46 @@ OBS_BOUND = 100.0  # features are clipped to [-OBS_BOUND, OBS_BOUND]
 class RewardConfig:
     """Weights of the reward terms (0 disables a term)."""
 
-    alloc_gain: float = 1.0  # packing: + allocated share gained, in % of capacity
-    frag_removed: float = 0.5  # packing: + cluster GPU fragmentation removed, % of GPU capacity
-    failed: float = 1.0  # both: - requests of pods that failed, % of capacity (replay: per pod)
-    pending_time: float = 0.05  # replay: - minutes the bound pod waited
-    load_variance: float = 0.01  # replay: - variance of node CPU utilisation (%^2 / 100)
-    oom: float = 1.0  # replay: - OOM kills since the last decision
-    overload: float = 0.5  # replay: - nodes entering overload since the last decision
-    fragmentation: float = 0.02  # replay: - fragmentation ratio (%) at the decision
-    sla: float = 0.5  # replay: - pods bound after waiting more than sla_pending_s
-    sla_pending_s: float = 30.0  # replay: the pending-time objective
+    alloc_gain: float = 1.0
+    """packing: + allocated share gained, in % of capacity"""
+    frag_removed: float = 0.5
+    """packing: + cluster GPU fragmentation removed, % of GPU capacity"""
+    failed: float = 1.0
+    """both: - requests of pods that failed, % of capacity (replay: per pod)"""
+    pending_time: float = 0.05
+    """replay: - minutes the bound pod waited"""
+    load_variance: float = 0.01
+    """replay: - variance of node CPU utilisation (%^2 / 100)"""
+    oom: float = 1.0
+    """replay: - OOM kills since the last decision"""
+    overload: float = 0.5
+    """replay: - nodes entering overload since the last decision"""
+    fragmentation: float = 0.02
+    """replay: - fragmentation ratio (%) at the decision"""
+    sla: float = 0.5
+    """replay: - pods bound after waiting more than sla_pending_s"""
+    sla_pending_s: float = 30.0
+    """replay: the pending-time objective"""
 
-    invalid_action: float = 1.0  # both: - per action on a masked node (then kube-default decides)
+    invalid_action: float = 1.0
+    """both: - per action on a masked node (then kube-default decides)"""
 
 
 @dataclass
 class EnvConfig:
-    mode: str = "packing"  # packing | replay
-    target_load: float = 1.3  # packing: arrived requests as a multiple of capacity
-    max_nodes: int | None = None  # observation padding (default: the cluster's node count)
+    """The environment's simulator, observation size and reward weights."""
+
+    mode: Literal["packing", "replay"] = "packing"
+    """simulator: packing (pods arrive until the target load) or replay (the trace's timeline)"""
+    target_load: float = 1.3
+    """packing: arrived requests as a multiple of capacity"""
+    max_nodes: int | None = None
+    """observation padding, in nodes (default: the cluster's node count); one size for all
+    environments that are stepped together"""
     reward: RewardConfig = field(default_factory=RewardConfig)
-    replay: dict[str, Any] = field(default_factory=dict)  # ReplayConfig fields for replay mode
+    """weights of the reward terms"""
+    replay: dict[str, Any] = field(default_factory=dict)
+    """replay: ReplayConfig fields that differ from its defaults"""
 
 
 class SchedulingEnv(gym.Env):

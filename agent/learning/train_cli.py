@@ -1,5 +1,13 @@
 """``fedsched train``: train a scheduling policy in the simulator.
 
+Every field of the run (``TrainSpec``) and of the algorithms' hyper-parameter dataclasses
+(``PPOConfig``, ``TD3Config``, ``BCConfig``, the reward weights ``RewardConfig`` and, in replay
+mode, ``ReplayConfig``) has a flag, derived from the field: its name with dashes under the
+dataclass's prefix (``--ppo-clip-coef``, ``--td3-policy-noise``, ``--bc-epochs``,
+``--reward-oom``, ``--replay-max-pods``), its docstring as help and its default. A few shared
+flags set the same field of several algorithms (``--seed``, ``--steps``, ``--lr``, ``--hidden``);
+a dataclass's own flag wins over a shared one (``--seed 3 --ppo-seed 5`` seeds PPO with 5).
+
 Continuous training: ``fedsched train --init CKPT --log DIR [--window N] [--lr LR] --out OUT``
 fine-tunes CKPT on the newest N decisions of the decision log DIR (written by the online
 agent, or by ``--algo bc --record-log DIR``), by behaviour cloning with a small learning rate.
@@ -10,123 +18,153 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
+from dataclasses import fields, replace
+from typing import Any
 
 from tqdm import tqdm
 
+from fedsched.common.cli.dataclass_flags import add_dataclass_flags, build, default_of, given
 from fedsched.common.model.traces import load_nodes, load_pods, resolve_path
 
 DEFAULT_NODES = "builtin:openb_node_list_gpu_node.csv"
 DEFAULT_PODS = "builtin:openb_pod_list_default.csv"
 
+# Dataclass -> flag prefix; TrainSpec's own fields have none.
+PREFIXES = {"PPOConfig": "ppo", "TD3Config": "td3", "BCConfig": "bc", "RewardConfig": "reward",
+            "ReplayConfig": "replay"}
+# Flag names from before the flags were derived from the dataclasses, kept as aliases.
+ALIASES: dict[str, dict[str, str]] = {
+    "PPOConfig": {"num_steps": "--num-steps", "ent_coef": "--ent-coef", "critic_warmup": "--critic-warmup"},
+    "ReplayConfig": {"target_load": "--replay-load", "time_compression": "--time-compression",
+                     "start_quantile": "--start-quantile"},
+}
+# TrainSpec fields set otherwise: the data by path (--nodes, --pods), the nested dataclasses by
+# their own flags, the time budget in minutes (--time-budget).
+SPEC_EXCLUDE = ("nodes", "pods", "ppo", "td3", "bc", "reward", "replay", "time_budget_s")
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows defaults, except ``None`` ones (their help says what happens when not given)."""
 
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        return action.help if action.default is None else super()._get_help_string(action)
+def _classes() -> dict[str, type]:
+    from fedsched.agent.learning.bc import BCConfig
+    from fedsched.agent.learning.env import RewardConfig
+    from fedsched.agent.learning.ppo import PPOConfig
+    from fedsched.agent.learning.td3 import TD3Config
+    from fedsched.agent.learning.training import TrainSpec
+    from fedsched.common.sim.replay import ReplayConfig
+
+    return {"TrainSpec": TrainSpec, "PPOConfig": PPOConfig, "TD3Config": TD3Config, "BCConfig": BCConfig,
+            "RewardConfig": RewardConfig, "ReplayConfig": ReplayConfig}
+
+
+def _default(cls: type, name: str) -> Any:
+    return default_of(next(f for f in fields(cls) if f.name == name))
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's paragraphs; the flags' help already ends with its default."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    c = _classes()
+    ppo, td3 = c["PPOConfig"], c["TD3Config"]
     p = sub.add_parser("train", help="train a policy in the simulator", description=__doc__,
                        formatter_class=_HelpFormatter)
-    p.add_argument("--algo", choices=("ppo", "td3", "bc", "finetune"), default=None,
-                   help="ppo: node-scoring policy; td3: resource-weight policy; "
-                        "bc: imitate --teacher (a warm start for --init); "
-                        "finetune: fit --init to --log (default: finetune with --log, else ppo)")
-    p.add_argument("--policy-kind", choices=("node-scoring", "weights"), default="node-scoring",
-                   help="bc: which policy to fit (weights: the TD3 actor)")
-    p.add_argument("--teacher", default="fgd", help="bc: scheduler to imitate")
-    p.add_argument("--bc-samples", type=int, default=20_000, help="bc: teacher decisions to log")
-    p.add_argument("--bc-epochs", type=int, default=8, help="bc, finetune: passes over the decisions")
-    p.add_argument("--record-log", metavar="DIR",
-                   help="bc: also append the teacher's decisions to the decision log DIR")
-    p.add_argument("--log", metavar="DIR",
-                   help="continuous training: fine-tune --init on this decision log")
-    p.add_argument("--window", type=int, default=None,
-                   help="with --log: the newest decisions to fit (default: 5000)")
-    p.add_argument("--nodes", default=DEFAULT_NODES, help="nodes CSV (openb schema) or builtin:NAME")
-    p.add_argument("--pods", default=DEFAULT_PODS, help="pods CSV (openb schema) or builtin:NAME")
-    p.add_argument("--mode", choices=("packing", "replay"), default="packing")
-    p.add_argument("--steps", type=int, default=200_000, help="pod decisions to train on")
-    p.add_argument("--out", required=True, help="run directory (logs, checkpoints)")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
-    p.add_argument("--init", help="start from this checkpoint's weights")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--num-envs", type=int, default=4)
-    p.add_argument("--num-steps", type=int, default=256, help="decisions per env per rollout")
-    p.add_argument("--lr", type=float, default=None,
-                   help="learning rate of ppo/td3 (default: 3e-4) and of --log fine-tuning (default: 1e-4)")
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--ent-coef", type=float, default=0.003)
-    p.add_argument("--critic-warmup", type=int, default=0,
-                   help="ppo: updates that train only the critic (use with --init)")
-    p.add_argument("--slice-nodes", type=int, default=200, help="nodes per training slice (0: all)")
-    p.add_argument("--eval-nodes", type=int, default=400, help="nodes in the held-out eval slice (0: all)")
-    p.add_argument("--eval-every", type=int, default=10, help="updates between evaluations (0: never)")
-    p.add_argument("--checkpoint-every", type=int, default=10, help="updates between checkpoints")
-    p.add_argument("--target-load", type=float, default=1.3)
-    p.add_argument("--replay-load", type=float, default=None,
-                   help="replay: scale pod durations to this mean requested load (fraction)")
-    p.add_argument("--time-compression", type=float, default=None, help="replay: trace s per sim s")
-    p.add_argument("--start-quantile", type=float, default=None,
-                   help="replay: start at the creation time of this quantile of pods")
-    p.add_argument("--test-fraction", type=float, default=0.3)
-    p.add_argument("--time-budget", type=float, default=None, help="stop after this many minutes")
-    p.add_argument("--allow-oversized", action="store_true")
+    data = p.add_argument_group("data")
+    data.add_argument("--nodes", default=DEFAULT_NODES,
+                      help=f"nodes CSV (openb schema) or builtin:NAME (default: {DEFAULT_NODES})")
+    data.add_argument("--pods", default=DEFAULT_PODS,
+                      help=f"pods CSV (openb schema) or builtin:NAME (default: {DEFAULT_PODS})")
+    data.add_argument("--allow-oversized", action="store_true",
+                      help="keep pods that fit no node (default: refuse the file)")
+
+    shared = p.add_argument_group(
+        "shared by the algorithms",
+        "Each sets a field of several dataclasses below; that dataclass's own flag wins over it.")
+    shared.add_argument("--seed", type=int, metavar="INT",
+                        help="--ppo-seed, --td3-seed and --bc-seed "
+                             f"(default: theirs, {_default(ppo, 'seed')})")
+    shared.add_argument("--steps", type=int, metavar="INT",
+                        help="--ppo-total-steps and --td3-total-steps: pod decisions to train on "
+                             f"(default: theirs, {_default(ppo, 'total_steps')} and "
+                             f"{_default(td3, 'total_steps')})")
+    shared.add_argument("--lr", type=float, metavar="FLOAT",
+                        help="--ppo-learning-rate, --td3-actor-lr and --td3-critic-lr, and with --log the "
+                             f"fine-tuning rate --bc-learning-rate (default: theirs, "
+                             f"{_default(ppo, 'learning_rate')}; fine-tuning: "
+                             f"{_finetune_lr()}; not --algo bc's)")
+    shared.add_argument("--hidden", type=int, metavar="INT",
+                        help=f"--ppo-hidden and --td3-hidden (default: theirs, {_default(ppo, 'hidden')})")
+
+    run_group = p.add_argument_group("run (TrainSpec)")
+    add_dataclass_flags(run_group, c["TrainSpec"], exclude=SPEC_EXCLUDE)
+    run_group.add_argument("--time-budget", type=float, metavar="MINUTES",
+                           help="stop after this much wall time, in minutes (default: no limit)")
+    for name, title in (("PPOConfig", "ppo (PPOConfig)"), ("TD3Config", "td3 (TD3Config)"),
+                        ("BCConfig", "bc and finetune (BCConfig)"),
+                        ("RewardConfig", "reward weights (RewardConfig)"),
+                        ("ReplayConfig", "replay mode (ReplayConfig; unset fields keep its defaults)")):
+        add_dataclass_flags(p, c[name], prefix=PREFIXES[name], aliases=ALIASES.get(name), title=title)
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from fedsched.agent.learning.bc import BCConfig
-    from fedsched.agent.learning.ppo import PPOConfig
-    from fedsched.agent.learning.td3 import TD3Config
-    from fedsched.agent.learning.training import TrainSpec, run_training
+def _finetune_lr() -> float:
+    from fedsched.agent.learning.training import FINETUNE_LEARNING_RATE
 
-    if args.steps < 1 or args.num_envs < 1 or args.num_steps < 1:
-        raise ValueError("--steps, --num-envs and --num-steps must be positive")
-    algo = args.algo or ("finetune" if args.log else "ppo")
-    if args.window is not None and not args.log:
+    return FINETUNE_LEARNING_RATE
+
+
+def _set(**values: Any) -> dict[str, Any]:
+    """The shared flags that were given (None: not given)."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def build_spec(args: argparse.Namespace, nodes: Any = None, pods: Any = None) -> Any:
+    """The ``TrainSpec`` of the parsed flags (checks the combinations that cannot run)."""
+    c = _classes()
+    spec_given = given(c["TrainSpec"], args, exclude=SPEC_EXCLUDE)
+    log = spec_given.get("log")
+    algo = spec_given.get("algo") or ("finetune" if log else _default(c["TrainSpec"], "algo"))
+    if "window" in spec_given and not log:
         raise ValueError("--window needs --log DIR (the decision log to fine-tune on)")
-    if args.log and algo != "finetune":
+    if log and algo != "finetune":
         raise ValueError(f"--log fine-tunes --init on a decision log; it does not combine with --algo {algo}")
     if algo == "finetune":
-        if not args.log:
+        if not log:
             raise ValueError("--algo finetune needs --log DIR (the decision log to fine-tune on)")
-        if not args.init:
+        if not spec_given.get("init"):
             raise ValueError("--log fine-tunes an existing checkpoint: give it with --init CKPT")
-        if args.resume:
+        if spec_given.get("resume"):
             raise ValueError("--resume does not apply to --log fine-tuning")
-    if args.record_log and algo != "bc":
+    if spec_given.get("record_log") and algo != "bc":
         raise ValueError("--record-log records the teacher's decisions of --algo bc")
-    lr = args.lr if args.lr is not None else 3e-4
+
+    def config(name: str, **shared: Any) -> Any:
+        return build(c[name], args, prefix=PREFIXES[name], defaults=_set(**shared))
+
+    ppo = config("PPOConfig", seed=args.seed, total_steps=args.steps, learning_rate=args.lr,
+                 hidden=args.hidden)
+    td3 = config("TD3Config", seed=args.seed, total_steps=args.steps, actor_lr=args.lr, critic_lr=args.lr,
+                 hidden=args.hidden)
+    bc_lr = (args.lr if args.lr is not None else _finetune_lr()) if algo == "finetune" else None
+    bc = config("BCConfig", seed=args.seed, learning_rate=bc_lr)
+    spec = build(c["TrainSpec"], args, exclude=SPEC_EXCLUDE, defaults=dict(
+        nodes=nodes, pods=pods, algo=algo, ppo=ppo, td3=td3, bc=bc,
+        reward=config("RewardConfig"),
+        replay=given(c["ReplayConfig"], args, prefix=PREFIXES["ReplayConfig"]),
+        time_budget_s=args.time_budget * 60 if args.time_budget else None))
+    for name, value in (("--steps", min(ppo.total_steps, td3.total_steps)), ("--num-envs", spec.num_envs),
+                        ("--num-steps", ppo.num_steps)):
+        if value < 1:
+            raise ValueError(f"{name} must be positive, got {value}")
+    return spec
+
+
+def run(args: argparse.Namespace) -> int:
+    from fedsched.agent.learning.training import run_training
+
+    spec = build_spec(args)  # refuses bad combinations before the data is loaded
     nodes = load_nodes(resolve_path(args.nodes))
     pods = load_pods(resolve_path(args.pods), nodes, allow_oversized=args.allow_oversized)
-    replay_args = (("target_load", args.replay_load), ("time_compression", args.time_compression),
-                   ("start_quantile", args.start_quantile))
-    replay = {k: v for k, v in replay_args if v is not None}
-    spec = TrainSpec(
-        nodes=nodes, pods=pods, out=Path(args.out), mode=args.mode, algo=algo, teacher=args.teacher,
-        bc=(BCConfig(samples=args.bc_samples, epochs=args.bc_epochs, seed=args.seed)
-            if algo != "finetune" else
-            BCConfig(epochs=args.bc_epochs, seed=args.seed,
-                     learning_rate=args.lr if args.lr is not None else 1e-4)),
-        policy_kind=args.policy_kind,
-        td3=TD3Config(total_steps=args.steps, hidden=args.hidden, seed=args.seed,
-                      actor_lr=lr, critic_lr=lr),
-        ppo=PPOConfig(total_steps=args.steps, num_steps=args.num_steps, learning_rate=lr,
-                      hidden=args.hidden, seed=args.seed, ent_coef=args.ent_coef,
-                      critic_warmup=args.critic_warmup),
-        num_envs=args.num_envs, slice_nodes=args.slice_nodes, target_load=args.target_load,
-        test_fraction=args.test_fraction, eval_every=args.eval_every, eval_nodes=args.eval_nodes,
-        checkpoint_every=args.checkpoint_every, resume=args.resume,
-        init=Path(args.init) if args.init else None,
-        time_budget_s=args.time_budget * 60 if args.time_budget else None,
-        replay=replay,
-        record_log=Path(args.record_log) if args.record_log else None,
-        log=Path(args.log) if args.log else None,
-        window=args.window if args.window is not None else 5000,
-    )
+    spec = replace(spec, nodes=nodes, pods=pods)
     bar: tqdm | None = None
 
     def progress(row: dict, total: int) -> None:
@@ -148,12 +186,14 @@ def run(args: argparse.Namespace) -> int:
                 post["eval"] = f"{v:.2f}"
         bar.set_postfix(post)
 
-    if algo == "finetune":
-        print(f"fine-tuning {args.init} on the newest {spec.window} decisions of {args.log} "
-              f"(lr {spec.bc.learning_rate:g}) -> {args.out}", file=sys.stderr)
+    if spec.algo == "finetune":
+        print(f"fine-tuning {spec.init} on the newest {spec.window} decisions of {spec.log} "
+              f"(lr {spec.bc.learning_rate:g}) -> {spec.out}", file=sys.stderr)
     else:
-        print(f"training {algo} on {len(nodes)} nodes / {len(pods)} pods ({args.mode}), "
-              f"{args.steps} steps -> {args.out}", file=sys.stderr)
+        amount = {"ppo": f"{spec.ppo.total_steps} steps", "td3": f"{spec.td3.total_steps} steps",
+                  "bc": f"{spec.bc.samples} teacher decisions"}[spec.algo]
+        print(f"training {spec.algo} on {len(nodes)} nodes / {len(pods)} pods ({spec.mode}), "
+              f"{amount} -> {spec.out}", file=sys.stderr)
     summary = run_training(spec, progress=progress)
     if bar is not None:
         bar.close()

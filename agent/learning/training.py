@@ -12,10 +12,12 @@
 - a held-out evaluation (a different slice, the *validation* pods, a fixed seed, greedy
   decisions) runs every ``eval_every`` updates beside BestFit, FGD and kube-default on the
   same workload;
-- logs: ``progress.csv`` (one row per update), ``episodes.csv`` (finished training
-  episodes), TensorBoard events under ``tb/``; checkpoints: ``checkpoint.pt`` (latest, with
-  the optimiser state for ``--resume``) every ``checkpoint_every`` updates and at the end,
-  ``best.pt`` at the best evaluation.
+- logs: ``progress.csv`` (one row per update: one rollout or collection step and its
+  optimisation phase, the same unit in PPO and TD3), ``episodes.csv`` (finished training
+  episodes), TensorBoard events under ``tb/`` (tagged as CleanRL's: ``losses/...``,
+  ``charts/...``, and ``eval/...`` for the held-out evaluation); checkpoints:
+  ``checkpoint.pt`` (latest, with the optimiser state for ``--resume``) every
+  ``checkpoint_every`` updates and at the end, ``best.pt`` at the best evaluation.
 
 Continuous training (``algo="finetune"``): the ``init`` checkpoint (either policy kind) is
 fitted by behaviour cloning, with a small learning rate, to the newest ``window`` decisions of
@@ -33,13 +35,15 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from fedsched.agent.learning.bc import BCConfig, collect, fit
-from fedsched.agent.learning.env import EnvConfig, SchedulingEnv
+from fedsched.agent.learning.env import EnvConfig, RewardConfig, SchedulingEnv
+from fedsched.agent.learning.ppo import TB_TAGS as PPO_TB_TAGS
 from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
+from fedsched.agent.learning.td3 import TB_TAGS as TD3_TB_TAGS
 from fedsched.agent.learning.td3 import TD3Config, TD3Trainer
 from fedsched.common.learning.checkpoint import data_hash, load_checkpoint, save_checkpoint
 from fedsched.common.learning.kinds import NODE_SCORING, WEIGHTS, kind_of
@@ -50,37 +54,70 @@ from fedsched.common.model.traces import fits_somewhere, slice_cluster, split_tr
 from fedsched.common.schedulers import SchedulerContext, make_scheduler
 from fedsched.common.sim.packing import run_packing
 
+# The behaviour-cloning step size of fine-tuning on a decision log (--log) when none is given:
+# smaller than BCConfig's, as it moves an already trained policy.
+FINETUNE_LEARNING_RATE = 1e-4
+
 
 @dataclass
 class TrainSpec:
-    """What to train on and how to run it."""
+    """What to train on and how to run it (``fedsched train`` has a flag for each field)."""
 
     nodes: NodeTable
+    """the cluster's nodes"""
     pods: PodTable
+    """the workload (split into train, validation and test parts by a hash of pod names)"""
     out: Path
-    mode: str = "packing"  # packing | replay
-    algo: str = "ppo"  # ppo | td3 | bc | finetune
+    """run directory: logs, checkpoints, summary"""
+    mode: Literal["packing", "replay"] = "packing"
+    """simulator: packing (pods arrive until the target load, none leave) or replay (the trace's timeline)"""
+    algo: Literal["ppo", "td3", "bc", "finetune"] = "ppo"
+    """ppo: node-scoring policy; td3: resource-weight policy; bc: imitate the teacher (a warm
+    start for init); finetune: fit init to the decision log"""
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    """ppo: its hyper-parameters"""
     td3: TD3Config = field(default_factory=TD3Config)
+    """td3: its hyper-parameters"""
     bc: BCConfig = field(default_factory=BCConfig)
-    teacher: str = "fgd"  # bc: the scheduler to imitate
-    policy_kind: str = "node-scoring"  # bc: node-scoring (for ppo) or weights (for td3)
-    num_envs: int = 4  # environments stepped in lockstep
-    slice_nodes: int = 200  # nodes per training cluster slice (0: whole cluster)
-    target_load: float = 1.3  # packing: arrived requests as a multiple of capacity
-    test_fraction: float = 0.3  # hash split; the test part is never trained on nor selected on
-    val_fraction: float = 0.1  # hash split; held-out evaluation and model selection
-    eval_every: int = 10  # updates between held-out evaluations (0: never)
-    eval_nodes: int = 400  # nodes in the evaluation slice (0: whole cluster)
-    eval_seed: int = 2024  # workload seed of the evaluation run
-    checkpoint_every: int = 10  # updates between checkpoints
-    resume: bool = False  # continue from out/checkpoint.pt
-    init: Path | None = None  # start from these weights (e.g. a behaviour-cloning checkpoint)
-    time_budget_s: float | None = None  # stop after this much wall time
-    replay: dict[str, Any] = field(default_factory=dict)  # ReplayConfig fields for replay mode
-    record_log: Path | None = None  # bc: also append the teacher's decisions to this DecisionLog
-    log: Path | None = None  # finetune: the DecisionLog to fine-tune ``init`` on (bc settings, lr)
-    window: int = 5000  # finetune: the most recent decisions of ``log`` to fit
+    """bc and finetune: the behaviour-cloning hyper-parameters"""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """weights of the reward terms of the training environments"""
+    teacher: str = "fgd"
+    """bc: the scheduler to imitate"""
+    policy_kind: Literal["node-scoring", "weights"] = "node-scoring"
+    """bc: which policy to fit: node-scoring (for ppo) or weights (the td3 actor)"""
+    num_envs: int = 4
+    """environments stepped in lockstep"""
+    slice_nodes: int = 200
+    """nodes per training cluster slice (0: whole cluster)"""
+    target_load: float = 1.3
+    """packing: arrived requests as a multiple of capacity"""
+    test_fraction: float = 0.3
+    """hash split: the test part, never trained on nor selected on"""
+    val_fraction: float = 0.1
+    """hash split: the validation part, for the held-out evaluation and model selection"""
+    eval_every: int = 10
+    """updates between held-out evaluations (0: never)"""
+    eval_nodes: int = 400
+    """nodes in the evaluation slice (0: whole cluster)"""
+    eval_seed: int = 2024
+    """workload seed of the evaluation run"""
+    checkpoint_every: int = 10
+    """updates between checkpoints"""
+    resume: bool = False
+    """continue from out/checkpoint.pt"""
+    init: Path | None = None
+    """start from this checkpoint's weights (e.g. a behaviour-cloning one)"""
+    time_budget_s: float | None = None
+    """stop after this much wall time, in seconds (default: no limit)"""
+    replay: dict[str, Any] = field(default_factory=dict)
+    """replay: ReplayConfig fields that differ from its defaults"""
+    record_log: Path | None = None
+    """bc: also append the teacher's decisions to this decision log directory"""
+    log: Path | None = None
+    """finetune: the decision log directory to fine-tune init on (bc settings)"""
+    window: int = 5000
+    """finetune: the most recent decisions of the log to fit"""
 
 
 def eval_metric_name(nodes: NodeTable, mode: str) -> str:
@@ -106,6 +143,17 @@ class _CsvLog:
                     csv.writer(f).writerow(self.fields)
         with self.path.open("a", newline="") as f:
             csv.writer(f).writerow([row.get(k, "") for k in self.fields])
+
+
+def tb_tag(column: str, tags: dict[str, str]) -> str:
+    """The TensorBoard tag of a progress.csv column: the algorithm's CleanRL-style tag
+    (``losses/...``, ``charts/...``), ``eval/...`` for the held-out evaluation and its
+    references, ``charts/<column>`` otherwise."""
+    if column in tags:
+        return tags[column]
+    if column.startswith(("eval_", "ref_")):
+        return "eval/" + column.removeprefix("eval_")
+    return f"charts/{column}"
 
 
 def scheduler_for(policy: Any, typical: TypicalPods):
@@ -305,7 +353,7 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
     typical = TypicalPods.from_pods(train)
     if spec.algo == "finetune":
         return _run_finetune(spec, out, train, val, typical, data_hash(train), progress)
-    env_cfg = dict(mode=spec.mode, target_load=spec.target_load, replay=spec.replay)
+    env_cfg = dict(mode=spec.mode, target_load=spec.target_load, replay=spec.replay, reward=spec.reward)
     clusters = [slice_cluster(spec.nodes, spec.slice_nodes, seed * 7919 + i) for i in range(spec.num_envs)]
     n_max = max(len(c) for c in clusters)
     envs = [SchedulingEnv(c, fits_somewhere(train, c), typical=typical,
@@ -314,7 +362,7 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
     algo_cfg = spec.td3 if spec.algo == "td3" else spec.ppo
     hyper = {**asdict(algo_cfg), "num_envs": spec.num_envs, "slice_nodes": spec.slice_nodes,
              "mode": spec.mode, "target_load": spec.target_load, "test_fraction": spec.test_fraction,
-             "val_fraction": spec.val_fraction}
+             "val_fraction": spec.val_fraction, "reward": asdict(spec.reward), "replay": dict(spec.replay)}
     meta_common = dict(algorithm=spec.algo, hyperparameters=hyper, typical=typical, data=data_hash(train))
 
     if spec.algo == "bc":
@@ -337,6 +385,7 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
                          f"{kind_of(policy)} policy")
     trainer: Any = (TD3Trainer(envs, spec.td3, policy) if spec.algo == "td3"
                     else PPOTrainer(envs, spec.ppo, policy))
+    tb_tags = TD3_TB_TAGS if spec.algo == "td3" else PPO_TB_TAGS
     if resume_state is not None:
         trainer.load_state_dict(resume_state)
 
@@ -373,8 +422,8 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
                "failed_pods": m.get("failed_pods"), "wall_s": round(time.time() - t_start, 1)}
         ep_log.write(row)
         if tb is not None and m.get(metric) is not None:
-            tb.add_scalar(f"episode/{metric}", m[metric], int(m["global_step"]))
-            tb.add_scalar("episode/return", m["episode_return"], int(m["global_step"]))
+            tb.add_scalar("charts/episodic_return", m["episode_return"], int(m["global_step"]))
+            tb.add_scalar(f"charts/episodic_{metric}", m[metric], int(m["global_step"]))
 
     def on_update(stats: dict[str, float]) -> None:
         u = int(stats["update"])
@@ -400,8 +449,8 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
         if tb is not None:
             for k, v in row.items():
                 numeric = isinstance(v, int | float) and not isinstance(v, bool)
-                if numeric and k not in ("update", "global_step"):
-                    tb.add_scalar(f"train/{k}", v, int(stats["global_step"]))
+                if numeric and k not in ("update", "global_step", "wall_s"):
+                    tb.add_scalar(tb_tag(k, tb_tags), v, int(stats["global_step"]))
         if progress is not None:
             progress(row, trainer.num_updates)
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer, RolloutObs
 from fedsched.common.learning.features import CONTEXT_FEATURES, NODE_FEATURES, POD_FEATURES
@@ -14,14 +16,22 @@ from fedsched.common.learning.features import CONTEXT_FEATURES, NODE_FEATURES, P
 K = 5
 
 
-class ArgmaxEnv:
+class ArgmaxEnv(gym.Env):
     """Each step shows K nodes with random features, one of them infeasible; reward 1 iff
     the chosen node has the largest feature 0 among the feasible ones. 20 steps an episode.
 
-    The same interface as :class:`SchedulingEnv` as far as the trainer uses it.
+    The same spaces as :class:`SchedulingEnv` (a padded ``Dict`` with a mask) on K nodes.
     """
 
     max_nodes = K
+    metadata = {"render_modes": []}  # noqa: RUF012  (gymnasium's class attribute)
+    observation_space = spaces.Dict({
+        "nodes": spaces.Box(-np.inf, np.inf, (K, len(NODE_FEATURES)), np.float32),
+        "pod": spaces.Box(-np.inf, np.inf, (len(POD_FEATURES),), np.float32),
+        "context": spaces.Box(-np.inf, np.inf, (len(CONTEXT_FEATURES),), np.float32),
+        "mask": spaces.MultiBinary(K),
+    })
+    action_space = spaces.Discrete(K)
 
     def __init__(self, episode_len: int = 20) -> None:
         self.episode_len = episode_len
@@ -167,3 +177,39 @@ def test_stop_callback_ends_training(stop_after):
     trainer = PPOTrainer([ArgmaxEnv()], PPOConfig(total_steps=10 * 64, seed=1, **TOY))
     trainer.train(stop=lambda: trainer.update >= stop_after)
     assert trainer.update == stop_after
+
+
+def test_the_environments_step_as_one_gymnasium_vector_env():
+    envs = [ArgmaxEnv(), ArgmaxEnv()]
+    trainer = PPOTrainer(envs, PPOConfig(total_steps=128, seed=1, **TOY))
+    assert isinstance(trainer.envs, gym.vector.SyncVectorEnv)
+    assert trainer.envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
+    assert trainer.envs.envs == envs and trainer.n_max == K
+    # A prebuilt vector env works too, if it resets in the same step.
+    vec = gym.vector.SyncVectorEnv([ArgmaxEnv, ArgmaxEnv], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    assert PPOTrainer(vec, PPOConfig(total_steps=128, seed=1, **TOY)).envs is vec
+    with pytest.raises(ValueError, match="same-step autoreset"):
+        PPOTrainer(gym.vector.SyncVectorEnv([ArgmaxEnv]), PPOConfig(seed=1, **TOY))
+
+
+def test_environments_of_different_sizes_are_refused():
+    class Wider(ArgmaxEnv):
+        observation_space = spaces.Dict({**ArgmaxEnv.observation_space.spaces,
+                                         "mask": spaces.MultiBinary(K + 1)})
+
+    with pytest.raises(ValueError, match="max_nodes"):
+        PPOTrainer([ArgmaxEnv(), Wider()], PPOConfig(seed=1, **TOY))
+
+
+def test_episode_infos_are_read_per_environment():
+    from fedsched.agent.learning.ppo import env_info
+
+    vec = gym.vector.SyncVectorEnv([ArgmaxEnv, lambda: ArgmaxEnv(episode_len=3)],
+                                   autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    vec.reset(seed=[0, 1])
+    for _ in range(2):
+        *_, infos = vec.step(np.zeros(2, dtype=np.int64))
+        assert "final_info" not in infos
+    *_, infos = vec.step(np.zeros(2, dtype=np.int64))
+    assert list(np.flatnonzero(infos["_final_info"])) == [1]
+    assert env_info(infos["final_info"], 1) == {"episode_return": 0.0, "episode_metrics": {"toy": 1.0}}

@@ -96,6 +96,28 @@ def test_td3_learns_the_known_best_weight_vector():
     assert WEIGHT_TERMS[int(np.argmax(w))] == "free_cpu" and w[WEIGHT_TERMS.index("free_cpu")] > 0.5
 
 
+def test_an_update_is_one_collection_step_then_its_gradient_steps():
+    envs = [PickMostFreeCpu(1), PickMostFreeCpu(2), PickMostFreeCpu(3)]
+    cfg = TD3Config(total_steps=1000, learning_starts=300, batch_size=32, log_every=200, seed=1)
+    trainer = TD3Trainer(envs, cfg)
+    rows: list[dict[str, float]] = []
+    steps_at_update: list[int] = []
+    trainer.train(on_update=lambda r: (rows.append(r), steps_at_update.append(trainer.gradient_steps)))
+    assert trainer.update == trainer.num_updates == 5
+    # Updates end at the first round of the 3 environments that reaches a multiple of 200.
+    assert [r["update"] for r in rows] == [1, 2, 3, 4, 5]
+    assert [r["global_step"] for r in rows] == [201, 402, 600, 801, 1002]
+    # One gradient step per decision from the learning_starts-th on.
+    assert steps_at_update == [0, 402 - 299, 600 - 299, 801 - 299, 1002 - 299]
+    state = trainer.state_dict()
+    resumed = TD3Trainer(envs, cfg, trainer.policy)
+    resumed.load_state_dict(state)
+    assert (resumed.update, resumed.gradient_steps, resumed.global_step) == (5, 703, 1002)
+    legacy = {k: v for k, v in state.items() if k not in ("update", "gradient_steps")} | {"n_updates": 9}
+    resumed.load_state_dict(legacy)  # a checkpoint from before the update count was stored
+    assert (resumed.update, resumed.gradient_steps) == (1002 // 200, 9)
+
+
 @settings(max_examples=50, deadline=None)
 @given(seed=st.integers(0, 10_000), has_gpus=st.booleans(), noise=st.floats(0.0, 5.0))
 def test_actions_stay_on_the_simplex_and_respect_the_gpu_mask(seed, has_gpus, noise):
@@ -189,8 +211,20 @@ def test_train_cli_bc_weights_then_td3_from_it(tmp_path, capsys):
                  "--checkpoint-every", "1", "--out", str(tmp_path / "td3"), *common]) == 0
     policy, meta, opt = load_checkpoint(tmp_path / "td3" / "checkpoint.pt")
     assert isinstance(policy, WeightPolicy) and meta["algorithm"] == "td3" and "actor_opt" in opt
-    header = (tmp_path / "td3" / "progress.csv").read_text().splitlines()[0].split(",")
-    assert {"critic_loss", "actor_loss", "q_mean", "steps_per_s", "w_free_cpu", "w_load_gpu"} <= set(header)
+    lines = (tmp_path / "td3" / "progress.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    assert {"critic_loss", "qf1_loss", "qf2_loss", "actor_loss", "q_mean", "steps_per_s", "w_free_cpu",
+            "w_load_gpu"} <= set(header)
+    # An update: one collection step of log_every (1000) decisions with its gradient steps;
+    # one row each, numbered as PPO's, the last one partial.
+    rows = [dict(zip(header, line.split(","), strict=True)) for line in lines[1:]]
+    assert [(int(r["update"]), int(r["global_step"])) for r in rows] == [(1, 1000), (2, 1200)]
+    assert opt["update"] == 2 and opt["gradient_steps"] == 201  # one per decision from the 1000th on
+    assert rows[1]["eval_alloc_gpu"] != ""  # --eval-every 1 evaluates each update
+    from tests.agent.learning.test_train_cli import tb_scalar_tags
+
+    assert {"losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss", "losses/qf1_values", "losses/actor_loss",
+            "charts/SPS", "charts/episodic_return", "charts/w_free_cpu"} <= tb_scalar_tags(tmp_path / "td3")
     # A node-scoring checkpoint cannot seed TD3.
     from fedsched.common.schedulers import default_policy_path
 

@@ -1,4 +1,5 @@
-"""``fedsched train`` end to end on a small synthetic GPU cluster: outputs, resume, evaluation."""
+"""``fedsched train`` end to end on a small synthetic GPU cluster: outputs, resume, evaluation,
+TensorBoard tags; its flags, derived from the hyper-parameter dataclasses."""
 
 from __future__ import annotations
 
@@ -6,16 +7,25 @@ import csv
 import json
 import math
 import shutil
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
 
+from fedsched.agent.learning.bc import BCConfig
+from fedsched.agent.learning.env import EnvConfig, RewardConfig
+from fedsched.agent.learning.ppo import PPOConfig
+from fedsched.agent.learning.td3 import TD3Config
+from fedsched.agent.learning.train_cli import SPEC_EXCLUDE, build_spec
+from fedsched.agent.learning.training import FINETUNE_LEARNING_RATE, TrainSpec
+from fedsched.common.cli.dataclass_flags import field_help, flag_name, to_argv
 from fedsched.common.cli.main import main
 from fedsched.common.learning.checkpoint import load_checkpoint
 from fedsched.common.learning.scorers import PolicyScheduler
 from fedsched.common.model.metrics import METRICS
 from fedsched.common.model.synthetic import generate_cluster, write_csvs
 from fedsched.common.schedulers import make_scheduler
+from fedsched.common.sim.replay import ReplayConfig
 
 PROGRESS_COLUMNS = ("update", "global_step", "approx_kl", "clipfrac", "explained_variance", "steps_per_s",
                     "entropy", "value_loss", "policy_loss", "learning_rate")
@@ -188,3 +198,141 @@ def test_small_cluster_evaluation_selects_a_best_checkpoint(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert math.isfinite(summary["best_eval"]["value"])
     assert (out / "best.pt").is_file()
+
+
+# ---- tensorboard tags -----------------------------------------------------------------------
+
+def tb_scalar_tags(run: Path) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tb"))
+    acc.Reload()
+    return set(acc.Tags()["scalars"])
+
+
+def test_tensorboard_tags_follow_cleanrl(first_run):
+    tags = tb_scalar_tags(first_run)
+    assert {"losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
+            "losses/approx_kl", "losses/clipfrac", "losses/explained_variance", "charts/learning_rate",
+            "charts/SPS", "charts/episodic_return", "charts/episodic_alloc_gpu", "eval/alloc_gpu",
+            "eval/ref_fgd"} <= tags, tags
+    assert not any(t.startswith(("train/", "episode/")) for t in tags)
+
+
+# ---- flags from the dataclasses -------------------------------------------------------------
+
+CONFIGS = (("ppo", PPOConfig), ("td3", TD3Config), ("bc", BCConfig), ("reward", RewardConfig))
+
+
+def parse_train(*argv: str):
+    from fedsched.common.cli.main import build_parser
+
+    return build_parser(only="train").parse_args(["train", "--out", "o", *argv])
+
+
+def changed(obj):
+    """``obj`` with every field moved off its default."""
+    values = {}
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        values[f.name] = (not v if isinstance(v, bool) else v + 1 if isinstance(v, int)
+                          else v * 2 + 0.5 if isinstance(v, float) else v)
+    return replace(obj, **values)
+
+
+@pytest.mark.parametrize("cls", [PPOConfig, TD3Config, BCConfig, RewardConfig, EnvConfig, TrainSpec])
+def test_hyper_parameter_dataclasses_document_every_field_with_a_docstring(cls):
+    import ast
+    import inspect
+    import itertools
+    import textwrap
+
+    node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    body = node.body
+    documented = {stmt.target.id for stmt, after in itertools.pairwise(body)
+                  if isinstance(stmt, ast.AnnAssign) and isinstance(after, ast.Expr)
+                  and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)}
+    assert {f.name for f in fields(cls)} <= documented
+
+
+def test_help_lists_every_ppo_td3_bc_and_reward_field_with_its_doc(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--help"])
+    assert e.value.code == 0
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps lines (also at dashes)
+    for prefix, cls in (*CONFIGS, ("replay", ReplayConfig), ("", TrainSpec)):
+        docs = field_help(cls)
+        for f in fields(cls):
+            if cls is TrainSpec and f.name in SPEC_EXCLUDE:
+                continue
+            assert flag_name(f.name, prefix) in text, (cls.__name__, f.name)
+            assert "".join(docs[f.name].split()) in text, (cls.__name__, f.name)
+    for old in ("--seed", "--steps", "--lr", "--hidden", "--num-envs", "--num-steps", "--ent-coef",
+                "--critic-warmup", "--slice-nodes", "--bc-samples", "--bc-epochs", "--replay-load",
+                "--time-compression", "--start-quantile", "--time-budget", "--target-load",
+                "--test-fraction"):
+        assert old in text, old
+
+
+def test_no_flags_give_the_dataclass_defaults():
+    spec = build_spec(parse_train())
+    assert (spec.ppo, spec.td3, spec.bc, spec.reward, spec.replay) == \
+        (PPOConfig(), TD3Config(), BCConfig(), RewardConfig(), {})
+    for f in fields(TrainSpec):
+        if f.name not in (*SPEC_EXCLUDE, "out"):
+            assert getattr(spec, f.name) == f.default, f.name
+    assert spec.time_budget_s is None and spec.out == Path("o")
+
+
+def test_every_hyper_parameter_is_settable():
+    want = {prefix: changed(cls()) for prefix, cls in CONFIGS}
+    argv = [a for prefix, obj in want.items() for a in to_argv(obj, prefix=prefix)]
+    argv += ["--ppo-target-kl", "none", "--replay-max-pods", "50", "--replay-window-s", "0", "600",
+             "--replay-autoscale", "--val-fraction", "0.2", "--eval-seed", "7", "--no-resume"]
+    spec = build_spec(parse_train(*argv))
+    assert spec.ppo == replace(want["ppo"], target_kl=None)
+    assert (spec.td3, spec.bc, spec.reward) == (want["td3"], want["bc"], want["reward"])
+    assert spec.replay == {"max_pods": 50, "window_s": (0.0, 600.0), "autoscale": True}
+    assert (spec.val_fraction, spec.eval_seed, spec.resume) == (0.2, 7, False)
+
+
+def test_shared_flags_and_their_precedence():
+    spec = build_spec(parse_train("--seed", "3", "--ppo-seed", "5", "--lr", "1e-3", "--td3-critic-lr", "2e-3",
+                                  "--hidden", "32", "--steps", "1000"))
+    assert (spec.ppo.seed, spec.td3.seed, spec.bc.seed) == (5, 3, 3)
+    assert (spec.ppo.learning_rate, spec.td3.actor_lr, spec.td3.critic_lr) == (1e-3, 1e-3, 2e-3)
+    assert spec.bc.learning_rate == BCConfig().learning_rate  # --lr is not behaviour cloning's
+    assert (spec.ppo.hidden, spec.td3.hidden) == (32, 32)
+    assert (spec.ppo.total_steps, spec.td3.total_steps) == (1000, 1000)
+
+
+def test_the_flag_names_of_the_scripts_and_readme_still_work():
+    # scripts/train_default_policy.sh
+    spec = build_spec(parse_train("--algo", "bc", "--teacher", "fgd", "--seed", "1", "--num-envs", "4",
+                                  "--slice-nodes", "200", "--bc-samples", "20000", "--bc-epochs", "8"))
+    assert (spec.algo, spec.teacher, spec.num_envs, spec.slice_nodes) == ("bc", "fgd", 4, 200)
+    assert (spec.bc.samples, spec.bc.epochs, spec.bc.seed) == (20000, 8, 1)
+    # scripts/train_td3_policy.sh
+    replay = ["--mode", "replay", "--replay-load", "0.4", "--time-compression", "10", "--start-quantile",
+              "0.01", "--slice-nodes", "200", "--eval-nodes", "300", "--seed", "1"]
+    spec = build_spec(parse_train("--algo", "td3", "--init", "bc.pt", *replay, "--lr", "1e-4", "--eval-every",
+                                  "5", "--checkpoint-every", "5", "--steps", "400000", "--time-budget", "12"))
+    assert spec.replay == {"target_load": 0.4, "time_compression": 10.0, "start_quantile": 0.01}
+    assert (spec.td3.actor_lr, spec.td3.critic_lr, spec.td3.total_steps, spec.time_budget_s) == \
+        (1e-4, 1e-4, 400000, 720.0)
+    assert (spec.mode, spec.init, spec.eval_nodes, spec.eval_every) == ("replay", Path("bc.pt"), 300, 5)
+    # bench/results/README.md
+    spec = build_spec(parse_train("--algo", "ppo", "--init", "bc.pt", "--lr", "3e-5", "--ent-coef", "0",
+                                  "--critic-warmup", "20", "--num-steps", "512", "--seed", "1"))
+    assert (spec.ppo.learning_rate, spec.ppo.ent_coef, spec.ppo.critic_warmup, spec.ppo.num_steps) == \
+        (3e-5, 0.0, 20, 512)
+    # continuous training: a small default rate, or --lr
+    spec = build_spec(parse_train("--init", "c.pt", "--log", "d", "--window", "10"))
+    assert (spec.algo, spec.bc.learning_rate, spec.window) == ("finetune", FINETUNE_LEARNING_RATE, 10)
+    assert build_spec(parse_train("--init", "c.pt", "--log", "d", "--lr", "3e-3")).bc.learning_rate == 3e-3
+
+
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--num-envs", "0"], ["--num-steps", "0"]])
+def test_non_positive_sizes_are_refused(argv):
+    with pytest.raises(ValueError, match="must be positive"):
+        build_spec(parse_train(*argv))
