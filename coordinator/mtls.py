@@ -45,6 +45,13 @@ def _q(path: str | os.PathLike) -> str:
     return p
 
 
+def _log_target(path: str) -> str:
+    """A log destination as given (``/dev/stdout``): absolute, no config metacharacters."""
+    if not path.startswith("/") or any(c in path for c in ' ";{}\n\\'):
+        raise ValueError(f"log path {path!r} must be absolute and free of config metacharacters")
+    return path
+
+
 def _split_host_port(host_port: str) -> tuple[str, int]:
     host, sep, port = host_port.rpartition(":")
     if not sep or not port.isdigit():
@@ -64,7 +71,8 @@ def nginx_conf(certs_dir: str | os.PathLike, listen_port: int, upstream_port: in
                workdir: str | os.PathLike, *, listen_host: str = "127.0.0.1",
                upstream_host: str = "127.0.0.1", upstream_ssl_name: str = "localhost",
                upstream_ca: str | os.PathLike | None = None, user: str | None = None,
-               max_body: str = "512m", read_timeout_s: int = 300) -> str:
+               max_body: str = "512m", read_timeout_s: int = 300,
+               access_log: str | None = None, error_log: str | None = None) -> str:
     """The hub ingress: an nginx config that terminates mutual TLS and forwards only the Fleet API.
 
     * TLS server with ``CERTS/hub.crt``/``hub.key`` on ``listen_host:listen_port``;
@@ -81,7 +89,9 @@ def nginx_conf(certs_dir: str | os.PathLike, listen_port: int, upstream_port: in
       certificate fingerprint are passed on as ``X-Client-Subject``/``X-Client-Fingerprint``.
     * Other methods on the Fleet prefix get 403; every other path (``/v1/control/``,
       ``/v1/runtime/``, ``/``, anything non-canonical) gets 404.
-    * pid, error/access logs and all temp paths live in ``workdir``. ``user`` emits a
+    * pid, error/access logs and all temp paths live in ``workdir``; ``access_log`` and
+      ``error_log`` send the logs elsewhere instead (a container's ``/dev/stdout`` and
+      ``/dev/stderr``, taken as given: not resolved, which would follow the symlinks). ``user`` emits a
       ``user`` directive: when nginx starts as root its workers otherwise run as ``nobody``,
       which may be unable to write temp files in ``workdir``.
 
@@ -95,10 +105,12 @@ def nginx_conf(certs_dir: str | os.PathLike, listen_port: int, upstream_port: in
     listen = f"[{listen_host}]" if ":" in listen_host else listen_host
     w = _q(work)
     user_line = f"user {user};\n" if user else ""
+    err_log = _log_target(error_log) if error_log is not None else f"{w}/error.log"
+    acc_log = _log_target(access_log) if access_log is not None else f"{w}/access.log"
     return f"""# fedsched hub ingress: mutual TLS in front of the Flower SuperLink (Fleet API only).
 {user_line}worker_processes 1;
 pid {w}/nginx.pid;
-error_log {w}/error.log info;
+error_log {err_log} info;
 
 events {{
     worker_connections 512;
@@ -106,7 +118,7 @@ events {{
 
 http {{
     default_type application/octet-stream;
-    access_log {w}/access.log;
+    access_log {acc_log};
     client_body_temp_path {w}/client_body;
     proxy_temp_path {w}/proxy;
     fastcgi_temp_path {w}/fastcgi;

@@ -22,6 +22,15 @@ if ! command -v nginx >/dev/null 2>&1 || ! command -v stunnel4 >/dev/null 2>&1 \
       >.venv/apt.log 2>&1 || echo "test: could not install nginx/stunnel4/prometheus (see .venv/apt.log)" >&2
   fi
 fi
+# checkov (the Helm chart tests' security scan) in its own virtualenv: its pins (packaging<24,
+# networkx<2.7) conflict with Flower's, so it cannot share .venv. The tests find it there.
+CHECKOV_VERSION=3.3.30
+if ! .venv/checkov/bin/checkov --version 2>/dev/null | grep -qx "$CHECKOV_VERSION"; then
+  echo "test: installing checkov==$CHECKOV_VERSION into .venv/checkov" >&2
+  (rm -rf .venv/checkov && "${PYTHON:-python3}" -m venv .venv/checkov \
+    && .venv/checkov/bin/python -m pip install -q "checkov==$CHECKOV_VERSION") \
+    >.venv/checkov-setup.log 2>&1 || echo "test: could not install checkov (see .venv/checkov-setup.log)" >&2
+fi
 . .venv/bin/activate
 ruff check .
 python -m pytest "$@"

@@ -14,110 +14,43 @@ the Fleet API (the Control API in particular). Skips only when nginx or stunnel 
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import os
-import shutil
-import signal
-import socket
 import ssl
 import subprocess
-import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedsched.common.security import certs
 from fedsched.coordinator.mtls import nginx_conf, stunnel_conf
+from tests.flower_support import (
+    BIN,
+    FLOWER_ENV,
+    HOST,
+    NGINX,
+    STUNNEL,
+    Procs,
+    ec_auth_key,
+    flwr,
+    free_port,
+    missing_tools,
+    tail,
+    wait_port,
+    write_connection,
+)
+from tests.flower_support import online_nodes as _online_nodes
+from tests.flower_support import wait_online as _wait_online
 from tests.paths import REPO
 
-NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
-STUNNEL = shutil.which("stunnel") or shutil.which("stunnel4") or shutil.which("stunnel", path="/usr/bin")
-BIN = Path(sys.executable).parent
 APP_DIR = REPO
-FLOWER_BINS = ("flwr", "flower-superlink", "flower-supernode")
 
-pytestmark = [
-    pytest.mark.skipif(NGINX is None, reason="nginx not found on PATH (apt-get install nginx)"),
-    pytest.mark.skipif(STUNNEL is None, reason="stunnel not found on PATH (apt-get install stunnel4)"),
-    pytest.mark.skipif(not all((BIN / b).exists() for b in FLOWER_BINS),
-                       reason=f"Flower CLIs {FLOWER_BINS} not installed beside {sys.executable}"),
-]
+pytestmark = [pytest.mark.skipif(bool(missing_tools()), reason="; ".join(missing_tools()))]
 
-HOST = "127.0.0.1"
 RUN_TIMEOUT = 150  # flwr run of 2 tiny rounds (about 40 s here)
-START_TIMEOUT = 30
 RUN_CONFIG = {"num-server-rounds": 2, "min-nodes": 2, "local-steps": 32, "openb-nodes": 30, "eval-nodes": 40}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = START_TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}:\n{tail(log)}")
-        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.5):
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"port {port} of {proc.args[0]} not open after {timeout}s:\n{tail(log)}")
-
-
-def tail(path: Path, n: int = 4000) -> str:
-    return path.read_text(errors="replace")[-n:] if path.exists() else f"(no {path})"
-
-
-@dataclass
-class Procs:
-    """Processes started by the test, each in its own session so teardown ends its children too."""
-
-    logs: Path
-    procs: list[subprocess.Popen] = field(default_factory=list)
-
-    def start(self, name: str, args: list[str],
-              env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
-        log = self.logs / f"{name}.log"
-        with log.open("ab") as f:
-            p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=self.logs,
-                                 start_new_session=True)
-        self.procs.append(p)
-        return p, log
-
-    def stop(self, p: subprocess.Popen, timeout: float = 10) -> None:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)  # leftovers of the group (ClientApp/ServerApp children)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(5)
-
-    def stop_all(self) -> None:
-        for p in reversed(self.procs):
-            self.stop(p)
-
-
-def ec_auth_key(directory: Path, name: str) -> tuple[Path, Path]:
-    """A SuperNode authentication key pair (EC P-384, OpenSSH format as Flower loads it)."""
-    key = ec.generate_private_key(ec.SECP384R1())
-    priv, pub = directory / f"{name}", directory / f"{name}.pub"
-    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                       serialization.NoEncryption()))
-    priv.chmod(0o600)
-    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                                  serialization.PublicFormat.OpenSSH))
-    return priv, pub
 
 
 @dataclass
@@ -133,8 +66,7 @@ class Hub:
     nginx_dir: Path
 
     def flwr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run([str(BIN / "flwr"), *args], env=self.flwr_env, cwd=self.root,
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        return flwr(self.flwr_env, self.root, *args, timeout=timeout)
 
     def supernode(self, name: str, key: Path, sidecar: str, partition: int, *extra: str):
         runtime_port = free_port()
@@ -172,7 +104,7 @@ def hub(tmp_path_factory) -> Hub:
         certs.issue(cdir, member)  # the cluster's client certificate for the hub link
         certs.issue(cdir, f"sidecar-{member[-1]}", kind="server", hosts=["localhost"], ips=[HOST])
     procs = Procs(logs)
-    base_env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "PYTHONUNBUFFERED": "1"}
+    base_env = {**os.environ, **FLOWER_ENV}
     try:
         # SuperLink: TLS with the hub certificate, SuperNode authentication on.
         sl_port = free_port()
@@ -214,10 +146,7 @@ def hub(tmp_path_factory) -> Hub:
 
         # The hub operator's flwr CLI: private FLWR_HOME whose connection is the SuperLink's Control API.
         home = root / "flwr-home"
-        home.mkdir()
-        (home / "config.toml").write_text(
-            f'[superlink]\ndefault = "hub"\n\n[superlink.hub]\naddress = "{HOST}:{sl_port}"\n'
-            f'root-certificates = "{cdir / certs.CA_CRT}"\n')
+        write_connection(home, f"{HOST}:{sl_port}", cdir / certs.CA_CRT)
         out = root / "fed"
         node_env = {**base_env, "FLWR_HOME": str(root / "supernode-home"),
                     "FEDSCHED_LOCAL_STEPS": "32", "FEDSCHED_OPENB_NODES": "30", "FEDSCHED_EVAL_NODES": "40",
@@ -239,21 +168,11 @@ def hub(tmp_path_factory) -> Hub:
 
 
 def online_nodes(hub: Hub) -> list[dict]:
-    res = hub.flwr("supernode", "ls", "hub", "--format", "json")
-    try:
-        nodes = json.loads(res.stdout).get("nodes", [])
-    except ValueError:
-        return []
-    return [n for n in nodes if str(n.get("status", "")).lower() == "online"]
+    return _online_nodes(hub.flwr_env, hub.root)
 
 
 def wait_members_online(hub: Hub) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while len(online_nodes(hub)) < 2 and time.monotonic() < deadline:
-        time.sleep(1)
-    assert len(online_nodes(hub)) == 2, (
-        f"SuperNodes did not come online through the sidecars:\n{hub.flwr('supernode', 'ls', 'hub').stdout}\n"
-        f"{tail(hub.procs.logs / 'supernode-a.log')}\n{tail(hub.nginx_dir / 'error.log')}")
+    _wait_online(hub.flwr_env, hub.root, 2, [hub.procs.logs / "supernode-a.log", hub.nginx_dir / "error.log"])
 
 
 def test_two_rounds_through_the_mtls_path(hub: Hub) -> None:
