@@ -1,23 +1,84 @@
-"""Replay mode (see ``simulator``'s docstring); the public API re-exported."""
+"""Replay mode: a discrete-event simulation of a trace with arrivals, departures and churn.
 
-from fedsched.common.sim.replay.simulator import *  # noqa: F403
-from fedsched.common.sim.replay.simulator import (  # noqa: F401
+Each module's docstring describes its part of the model; every default is a
+:class:`ReplayConfig` field.
+
+``config``: :class:`ReplayConfig`, every knob of replay mode with its ``validate()``, and
+the code constants shared by the other modules: pod status (``NOT_ARRIVED``, ``PENDING``,
+``RUNNING``, ``COMPLETED``, ``FAILED``), node status (``NODE_UP``, ``NODE_FAILED``,
+``NODE_REMOVED``, ``NODE_BOOTING``) and the queued event kinds (``EV_*``); also how the
+run's randomness is split into independent generators.
+
+``workload``: :class:`ReplayWorkload` and :func:`replay_workload`, which trace pods are
+replayed, their arrival times and durations (time compression, jitter, the
+``target_load`` solve of ``duration_scale``, the horizon).
+
+``usage``: the usage model, real CPU and memory use of each running pod by QoS class
+(:data:`QOS_USAGE_RATIO`, :data:`GUARANTEED`, ``INNOVATION_TABLE_MIN``), OOM kills and
+overload transitions at each usage tick; ``UsageMixin``, a base class of the simulator.
+
+``churn``: node failures and repairs and the autoscaler (spare pool, scale-up,
+scale-down); ``ChurnMixin``, a base class of the simulator.
+
+``simulator``: :class:`ReplaySimulator`, the event loop (pending queue with backoff,
+start-up latency, departures, per-tick metrics) with its stepping API
+(``next_pod`` / ``bind`` / ``finish``), :class:`NodeStats` (per-node side information),
+:class:`ReplayResult` and :func:`run_replay` (one run of a scheduler).
+
+Inside the sub-package ``config`` comes first, ``workload``, ``usage`` and ``churn`` use
+it, and ``simulator`` uses them all. May import: ``fedsched.common.model``,
+``fedsched.common.schedulers`` and ``fedsched.common.learning.features`` (for
+``Telemetry``).
+"""
+
+from fedsched.common.sim.replay.config import (
     COMPLETED,
+    EV_ATTEMPT,
+    EV_BOOT,
+    EV_DEPART,
+    EV_FAIL,
+    EV_REPAIR,
+    EV_START,
+    EV_TICK,
     FAILED,
-    GUARANTEED,
     NODE_BOOTING,
     NODE_FAILED,
     NODE_REMOVED,
     NODE_UP,
     NOT_ARRIVED,
     PENDING,
-    QOS_USAGE_RATIO,
     RUNNING,
-    NodeStats,
     ReplayConfig,
-    ReplayResult,
-    ReplaySimulator,
-    ReplayWorkload,
-    replay_workload,
-    run_replay,
 )
+from fedsched.common.sim.replay.simulator import NodeStats, ReplayResult, ReplaySimulator, run_replay
+from fedsched.common.sim.replay.usage import GUARANTEED, INNOVATION_TABLE_MIN, QOS_USAGE_RATIO
+from fedsched.common.sim.replay.workload import ReplayWorkload, replay_workload
+
+__all__ = [
+    "COMPLETED",
+    "EV_ATTEMPT",
+    "EV_BOOT",
+    "EV_DEPART",
+    "EV_FAIL",
+    "EV_REPAIR",
+    "EV_START",
+    "EV_TICK",
+    "FAILED",
+    "GUARANTEED",
+    "INNOVATION_TABLE_MIN",
+    "NODE_BOOTING",
+    "NODE_FAILED",
+    "NODE_REMOVED",
+    "NODE_UP",
+    "NOT_ARRIVED",
+    "PENDING",
+    "QOS_USAGE_RATIO",
+    "RUNNING",
+    "NodeStats",
+    "ReplayConfig",
+    "ReplayResult",
+    "ReplaySimulator",
+    "ReplayWorkload",
+    "replay_workload",
+    "run_replay",
+]
