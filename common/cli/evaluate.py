@@ -7,11 +7,16 @@ import sys
 
 from tqdm import tqdm
 
+from fedsched.common.cli.dataclass_flags import add_dataclass_flags, given
 from fedsched.common.model.traces import load_nodes, load_pods, resolve_path
 from fedsched.common.sim.evaluate import EvalSpec, evaluate, format_table, plot, write_json
+from fedsched.common.sim.replay import ReplayConfig
 
 DEFAULT_NODES = "builtin:openb_node_list_gpu_node.csv"
 DEFAULT_PODS = "builtin:openb_pod_list_default.csv"
+# Flag names from before the replay flags were derived from ReplayConfig (also fedsched train's).
+REPLAY_ALIASES = {"target_load": "--replay-load", "time_compression": "--time-compression",
+                  "start_quantile": "--start-quantile"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,10 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--train-pods", help="explicit pods CSV for statistics (overrides --split)")
     p.add_argument("--allow-oversized", action="store_true",
                    help="keep pods larger than every node (they fail) instead of rejecting the file")
-    p.add_argument("--time-compression", type=float, default=None,
-                   help="replay: trace seconds per simulated second")
-    p.add_argument("--replay-load", type=float, default=None,
-                   help="replay: scale pod durations to this mean requested load (fraction of capacity)")
+    # Every replay knob (ReplayConfig's fields) as --replay-NAME; unset ones keep its defaults.
+    add_dataclass_flags(p, ReplayConfig, prefix="replay", aliases=REPLAY_ALIASES,
+                        title="replay mode (ReplayConfig; unset fields keep its defaults)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
     p.add_argument("--json", dest="json_out", help="write results as JSON")
     p.add_argument("--plot", dest="plot_out", help="write a PNG plot")
@@ -53,11 +57,12 @@ def run(args: argparse.Namespace) -> int:
     pods = load_pods(resolve_path(args.pods), nodes, allow_oversized=args.allow_oversized)
     train = (load_pods(resolve_path(args.train_pods), nodes, allow_oversized=args.allow_oversized)
              if args.train_pods else None)
-    replay_options = {}
-    if args.time_compression is not None:
-        replay_options["time_compression"] = args.time_compression
-    if args.replay_load is not None:
-        replay_options["target_load"] = args.replay_load
+    replay_options = given(ReplayConfig, args, prefix="replay")
+    if replay_options and args.mode != "replay":
+        raise ValueError(f"--replay-* options need --mode replay "
+                         f"(given: {', '.join(sorted(replay_options))})")
+    if replay_options:
+        ReplayConfig(**replay_options).validate()  # bad values fail before any run starts
     spec = EvalSpec(
         nodes=nodes, pods=pods, policies=args.policies or ["kube-default"],
         seeds=list(range(args.first_seed, args.first_seed + args.seeds)), mode=args.mode,

@@ -81,6 +81,7 @@ class UsageWindow:
         self.window_s = window_s
         self._samples: deque[tuple[float, np.ndarray]] = deque()
         self._sum = np.zeros(n)
+        self._sq = np.zeros(n)
         self._span = 0.0
 
     def add(self, dt: float, values: np.ndarray) -> np.ndarray:
@@ -88,18 +89,32 @@ class UsageWindow:
         v = np.array(values, dtype=np.float64)
         self._samples.append((dt, v))
         self._sum += dt * v
+        self._sq += dt * v * v
         self._span += dt
         while len(self._samples) > 1 and self._span - self._samples[0][0] >= self.window_s - 1e-9:
             old_dt, old = self._samples.popleft()
             self._sum -= old_dt * old
+            self._sq -= old_dt * old * old
             self._span -= old_dt
-        return self._sum / self._span if self._span > 0 else self._sum.copy()
+        return self.mean()
+
+    def mean(self) -> np.ndarray:
+        """Time-weighted mean over the window (zeros before the first sample)."""
+        return self._sum / self._span if self._span > 0 else np.zeros_like(self._sum)
+
+    def std(self) -> np.ndarray:
+        """Time-weighted population standard deviation over the window."""
+        if self._span <= 0:
+            return np.zeros_like(self._sum)
+        m = self._sum / self._span
+        return np.sqrt(np.maximum(self._sq / self._span - m * m, 0.0))
 
 
 class LoadMetrics:
     """Accumulates the tick-based online metrics of one run (see the module docstring)."""
 
     def __init__(self, state: ClusterState, config: LoadMetricsConfig | None = None) -> None:
+        """Metrics of ``state``'s nodes (capacities are read once)."""
         self.cfg = cfg = config or LoadMetricsConfig()
         n = len(state.nodes)
         self._cap_cpu = state.nodes.cpu.astype(np.float64)

@@ -14,7 +14,16 @@ Per run, as a flat ``dict[str, float]`` (names in :data:`METRICS`):
 - ``util_mean`` and ``util_variance``: mean and variance over nodes of real CPU
   utilisation (% of capacity); time-averaged in replay, at the end in packing (where
   real use equals requests).
-- ``overload_events`` (a node's real CPU passing 85%) and ``oom_events``.
+- ``overload_events`` (a node's real CPU passing 85%) and ``oom_events``: legacy counters,
+  kept under their names for the FGD comparison but no longer headlined. A count of threshold
+  crossings rewards the wrong thing: a scheduler that keeps already-hot nodes hot crosses
+  less often than one that spreads load, and the count moves with the tick length.
+- ``offered_load_pct``: the requested load the run really offered, % of capacity (replay:
+  time-averaged, see ``ReplayWorkload.offered_load``; packing: the arrived requests).
+- The online metrics of :mod:`fedsched.common.model.load_metrics` (:data:`LOAD_METRICS`:
+  windowed hot node-seconds, throttled CPU, contended pod-time, time-averaged fragmentation,
+  stranded resources, OOM kills per 1,000 starts, pending-SLA misses): replay only, NaN in
+  packing mode, which has no usage model and no clock.
 """
 
 from __future__ import annotations
@@ -23,13 +32,15 @@ import numpy as np
 
 from fedsched.common.model.cluster import ClusterState
 from fedsched.common.model.fragmentation import FragmentationModel, TypicalPods, fragmentation_ratio
+from fedsched.common.model.load_metrics import LOAD_METRICS
 
 METRICS = (
     "alloc_gpu", "alloc_cpu", "alloc_mem", "gpu_alloc_at_100", "gpu_alloc_at_target",
     "gpu_frag_rate", "gpu_frag_amount", "gpu_frag_rate_at_90", "frag_ratio", "failed_pods",
     "pending_pods", "pending_mean_s", "pending_p99_s", "util_mean", "util_variance",
-    "overload_events", "oom_events",
+    "overload_events", "oom_events", "offered_load_pct", *LOAD_METRICS,
 )
+LEGACY_COUNTERS = ("overload_events", "oom_events")  # reported, not headlined
 
 # Higher is better for these; lower for the rest (used by tables and benchmarks).
 HIGHER_IS_BETTER = {"alloc_gpu", "alloc_cpu", "alloc_mem", "gpu_alloc_at_100",
@@ -59,6 +70,15 @@ class FragTracker:
                                            s.nodes.model[node:node + 1])[0])
         self.total += f - self.per_node[node]
         self.per_node[node] = f
+
+    def update_nodes(self, nodes: np.ndarray) -> None:
+        """:meth:`update` for several nodes at once (one vectorised call)."""
+        if self.model is None or len(nodes) == 0:
+            return
+        s = self.state
+        f = self.model.node_frag(s.cpu_free[nodes], s.gpu_free[nodes], s.nodes.model[nodes]) * s.alive[nodes]
+        self.total += float(f.sum() - self.per_node[nodes].sum())
+        self.per_node[nodes] = f
 
     def refresh(self) -> None:
         """Recompute every node (after bulk changes, and to shed float drift)."""

@@ -34,6 +34,7 @@ from fedsched.common.schedulers.load_variation_risk_balancing import (
     LoadVariationRiskBalancingArgs,
 )
 from fedsched.common.schedulers.most_allocated import MostAllocated, MostAllocatedArgs
+from fedsched.common.schedulers.prefer_hot import PreferHot
 from fedsched.common.schedulers.random_score import RandomScore, RandomScoreArgs
 from fedsched.common.schedulers.target_load_packing import TargetLoadPacking, TargetLoadPackingArgs
 
@@ -43,6 +44,8 @@ BASELINES: dict[str, type[Scheduler]] = {
                 DotProduct, GpuPacking, GpuClustering, FGD, TargetLoadPacking,
                 LoadVariationRiskBalancing, KoordinatorLoadAware, RandomScore)
 }
+# Reference points for benchmarks and metric tests, not heuristics anyone runs.
+REFERENCES: dict[str, type[Scheduler]] = {PreferHot.name: PreferHot}
 
 
 
@@ -88,8 +91,8 @@ def make_scheduler(name: str, ctx: SchedulerContext | None = None,
     or arguments for a policy that is not a baseline, is a ``TypeError``.
     """
     ctx = ctx or SchedulerContext()
-    if name in BASELINES:
-        return BASELINES[name](ctx, args=args)
+    if name in BASELINES or name in REFERENCES:
+        return (BASELINES.get(name) or REFERENCES[name])(ctx, args=args)
     if args is not None:
         raise TypeError(f"only baselines take scheduler arguments; {name!r} is not one "
                         f"(got {type(args).__name__}); baselines: {', '.join(sorted(BASELINES))}")
@@ -104,6 +107,7 @@ def make_scheduler(name: str, ctx: SchedulerContext | None = None,
 __all__ = [
     "BASELINES",
     "LEARNED",
+    "REFERENCES",
     "RESOLVERS",
     "BalancedAllocationArgs",
     "BestFitArgs",

@@ -25,7 +25,7 @@ import numpy as np
 
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
-from fedsched.common.model.metrics import HIGHER_IS_BETTER, METRICS, mean_ci95
+from fedsched.common.model.metrics import HIGHER_IS_BETTER, LEGACY_COUNTERS, METRICS, mean_ci95
 from fedsched.common.model.traces import split_by_hash
 from fedsched.common.schedulers import SchedulerContext, make_scheduler
 from fedsched.common.sim.packing import CURVE_X, run_packing
@@ -151,8 +151,9 @@ def aggregate(spec: EvalSpec, outputs: list[RunOutput]) -> dict[str, Any]:
 def format_table(result: dict[str, Any]) -> str:
     """Metrics as rows, policies as columns, ``mean ± ci95``; the best value marked ``*``."""
     pols = list(result["policies"])
-    rows = [m for m in METRICS if any(result["policies"][p][m]["mean"] == result["policies"][p][m]["mean"]
-                                      for p in pols)]
+    order = [m for m in METRICS if m not in LEGACY_COUNTERS] + list(LEGACY_COUNTERS)
+    rows = [m for m in order if any(result["policies"][p][m]["mean"] == result["policies"][p][m]["mean"]
+                                    for p in pols)]
     cells = {}
     for m in rows:
         means = {p: result["policies"][p][m]["mean"] for p in pols}
@@ -163,12 +164,13 @@ def format_table(result: dict[str, Any]) -> str:
             distinct = len(set(valid.values())) > 1
             mark = "*" if best is not None and v == best and distinct else " "
             cells[m, p] = "n/a" if v != v else f"{v:.2f} ± {ci:.2f}{mark}"
-    w0 = max(len(m) for m in rows) + 2
+    label = {m: f"{m} (legacy)" if m in LEGACY_COUNTERS else m for m in rows}
+    w0 = max(len(v) for v in label.values()) + 2
     widths = {p: max(len(p), *(len(cells[m, p]) for m in rows)) + 2 for p in pols}
     lines = ["metric".ljust(w0) + "".join(p.rjust(widths[p]) for p in pols)]
     lines.append("-" * len(lines[0]))
     for m in rows:
-        lines.append(m.ljust(w0) + "".join(cells[m, p].rjust(widths[p]) for p in pols))
+        lines.append(label[m].ljust(w0) + "".join(cells[m, p].rjust(widths[p]) for p in pols))
     n = len(result["seeds"])
     lines.append(f"({result['mode']}, {n} seeds, mean ± 95% CI half-width; * best; split: {result['split']})")
     return "\n".join(lines)

@@ -22,6 +22,7 @@ import numpy as np
 
 from fedsched.common.model.cluster import ClusterState, NodeTable, Pod, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
+from fedsched.common.model.load_metrics import LOAD_METRICS
 from fedsched.common.model.metrics import FragTracker, binned_curve, snapshot_metrics, utilisation
 from fedsched.common.schedulers import Placement, Scheduler, place
 
@@ -178,7 +179,9 @@ class PackingSimulator:
         nan = float("nan")  # packing has no queue and no usage model: not applicable
         m.update(failed_pods=float((res.placements < 0).sum()), pending_pods=nan, pending_mean_s=nan,
                  pending_p99_s=nan, util_mean=float(u.mean()), util_variance=float(u.var()),
-                 overload_events=nan, oom_events=nan)
+                 overload_events=nan, oom_events=nan,
+                 offered_load_pct=float(arrived[-1]) if len(arrived) else 0.0,
+                 **dict.fromkeys(LOAD_METRICS, nan))
         res.metrics = m
         return res
 

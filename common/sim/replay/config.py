@@ -33,55 +33,99 @@ class ReplayConfig:
     """Every knob of replay mode (times in simulated seconds unless noted)."""
 
     # --- workload ---
-    time_compression: float = 1.0  # sim time = trace time / factor (arrivals and durations)
-    duration_scale: float = 1.0  # extra multiplier on pod durations after compression
-    target_load: float | None = None  # solve duration_scale for this mean requested load (fraction)
-    start_quantile: float = 0.0  # start at the creation time of this quantile of pods (skip a sparse head)
-    window_s: tuple[float, float] | None = None  # trace-time [start, end) to replay (beats start_quantile)
-    max_pods: int | None = None  # keep only the first max_pods arrivals
-    horizon_s: float | None = None  # end of the run; None = last arrival, math.inf = until idle
-    arrival_jitter_s: float = 1.0  # std of Gaussian noise on each arrival time (clipped at 0)
-    duration_jitter: float = 0.05  # relative std of Gaussian noise on each duration
-    startup_mean_s: float = 2.0  # mean of the exponential bind-to-running latency
+    time_compression: float = 1.0
+    """sim time = trace time / factor (arrivals and durations)"""
+    duration_scale: float = 1.0
+    """extra multiplier on pod durations after compression"""
+    target_load: float | None = None
+    """solve duration_scale for this mean requested load (fraction)"""
+    allow_unreachable_load: bool = False
+    """with target_load: run at the highest reachable load instead of failing"""
+    start_quantile: float = 0.0
+    """start at the creation time of this quantile of pods (skip a sparse head)"""
+    window_s: tuple[float, float] | None = None
+    """trace-time [start, end) to replay (beats start_quantile)"""
+    max_pods: int | None = None
+    """keep only the first max_pods arrivals"""
+    horizon_s: float | None = None
+    """end of the run; None = last arrival, math.inf = until idle"""
+    arrival_jitter_s: float = 1.0
+    """std of Gaussian noise on each arrival time (clipped at 0)"""
+    duration_jitter: float = 0.05
+    """relative std of Gaussian noise on each duration"""
+    startup_mean_s: float = 2.0
+    """mean of the exponential bind-to-running latency"""
     # --- pending queue ---
-    backoff_initial_s: float = 1.0  # first retry delay after a failed attempt
-    backoff_max_s: float = 10.0  # retry delay cap (doubles per failed attempt up to this)
-    max_wait_s: float = 600.0  # a pod not bound this long after (re-)queueing fails
-    oom_restart_s: float = 10.0  # an OOM-killed pod is retried after this (crash-loop backoff) ...
-    oom_restart_max_s: float = 300.0  # ... doubling per kill of the same pod up to this
+    backoff_initial_s: float = 1.0
+    """first retry delay after a failed attempt"""
+    backoff_max_s: float = 10.0
+    """retry delay cap (doubles per failed attempt up to this)"""
+    max_wait_s: float = 600.0
+    """a pod not bound this long after (re-)queueing fails"""
+    oom_restart_s: float = 10.0
+    """an OOM-killed pod is retried after this (crash-loop backoff) ..."""
+    oom_restart_max_s: float = 300.0
+    """... doubling per kill of the same pod up to this"""
     # --- usage model ---
-    usage_tick_s: float = 10.0  # interval of usage updates, overload/OOM checks and autoscaler
-    usage_pod_sigma: float = 0.25  # sigma of the per-pod lognormal usage factor (mean 1)
-    usage_amp_cpu: float = 0.30  # relative amplitude of the per-pod CPU sinusoid
-    usage_amp_mem: float = 0.10  # relative amplitude of the per-pod memory sinusoid
-    usage_period_s: float = 3600.0  # mean period of the sinusoid (per pod x U(0.5, 1.5))
-    usage_noise_cpu: float = 0.15  # stationary std of the CPU AR(1) noise (relative)
-    usage_noise_mem: float = 0.05  # stationary std of the memory AR(1) noise (relative)
-    usage_noise_tau_s: float = 60.0  # correlation time of the AR(1) noise
-    overload_threshold: float = 0.85  # real CPU use / capacity above which a node is overloaded
-    trend_alpha: float = 0.3  # EMA weight of the per-node usage trend
+    usage_tick_s: float = 10.0
+    """interval of usage updates, overload/OOM checks and autoscaler"""
+    usage_pod_sigma: float = 0.25
+    """sigma of the per-pod lognormal usage factor (mean 1)"""
+    usage_amp_cpu: float = 0.30
+    """relative amplitude of the per-pod CPU sinusoid"""
+    usage_amp_mem: float = 0.10
+    """relative amplitude of the per-pod memory sinusoid"""
+    usage_period_s: float = 3600.0
+    """mean period of the sinusoid (per pod x U(0.5, 1.5))"""
+    usage_noise_cpu: float = 0.15
+    """stationary std of the CPU AR(1) noise (relative)"""
+    usage_noise_mem: float = 0.05
+    """stationary std of the memory AR(1) noise (relative)"""
+    usage_noise_tau_s: float = 60.0
+    """correlation time of the AR(1) noise"""
+    overload_threshold: float = 0.85
+    """real CPU use / capacity above which a node is overloaded"""
+    trend_alpha: float = 0.3
+    """EMA weight of the per-node usage trend"""
+    # --- online metrics and windowed telemetry ---
+    hot_window_s: float = 300.0
+    """window of the hot-node metrics (the 5-minute mean load-aware schedulers judge)"""
+    stats_window_s: float = 900.0
+    """window of the per-node mean/std telemetry (Trimaran's 15 minutes)"""
+    sla_s: float = 60.0
+    """a pod waiting longer than this for a node misses the pending SLA"""
     # --- node failures ---
-    failure_rate_per_node_hour: float = 1e-4  # Poisson failure rate of each up node
-    repair_mean_s: float = 1800.0  # mean of the exponential repair time
+    failure_rate_per_node_hour: float = 1e-4
+    """Poisson failure rate of each up node"""
+    repair_mean_s: float = 1800.0
+    """mean of the exponential repair time"""
     # --- autoscaler ---
-    autoscale: bool = False  # enable the scale-up/scale-down loop
-    spare_fraction: float = 0.0  # share of nodes removed at the start (spare pool), with autoscale
-    scale_up_pending: int = 1  # pending-queue length that triggers a scale-up ...
-    scale_up_after_s: float = 30.0  # ... once it has held this long
-    node_boot_s: float = 60.0  # delay between scale-up decision and the node being alive
-    scale_down_idle_s: float = 600.0  # an up node empty this long is removed
-    min_nodes: int = 1  # scale-down never leaves fewer up nodes
+    autoscale: bool = False
+    """enable the scale-up/scale-down loop"""
+    spare_fraction: float = 0.0
+    """share of nodes removed at the start (spare pool), with autoscale"""
+    scale_up_pending: int = 1
+    """pending-queue length that triggers a scale-up ..."""
+    scale_up_after_s: float = 30.0
+    """... once it has held this long"""
+    node_boot_s: float = 60.0
+    """delay between scale-up decision and the node being alive"""
+    scale_down_idle_s: float = 600.0
+    """an up node empty this long is removed"""
+    min_nodes: int = 1
+    """scale-down never leaves fewer up nodes"""
 
     def validate(self) -> None:
         pos = ("time_compression", "duration_scale", "backoff_initial_s", "backoff_max_s",
-               "usage_tick_s", "usage_period_s", "usage_noise_tau_s", "repair_mean_s")
+               "usage_tick_s", "usage_period_s", "usage_noise_tau_s", "repair_mean_s",
+               "hot_window_s", "stats_window_s")
         for k in pos:
             if not getattr(self, k) > 0:
                 raise ValueError(f"ReplayConfig.{k} must be positive, got {getattr(self, k)}")
         nonneg = ("arrival_jitter_s", "duration_jitter", "startup_mean_s", "max_wait_s",
                   "usage_pod_sigma", "usage_amp_cpu", "usage_amp_mem", "usage_noise_cpu",
                   "usage_noise_mem", "failure_rate_per_node_hour", "scale_up_after_s",
-                  "node_boot_s", "scale_down_idle_s", "oom_restart_s", "oom_restart_max_s")
+                  "node_boot_s", "scale_down_idle_s", "oom_restart_s", "oom_restart_max_s", "sla_s")
         for k in nonneg:
             v = getattr(self, k)
             if not (v >= 0 and math.isfinite(v)):

@@ -54,6 +54,7 @@ import numpy as np
 from fedsched.common.learning.features import Telemetry
 from fedsched.common.model.cluster import ClusterState, NodeTable, Pod, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
+from fedsched.common.model.load_metrics import LoadMetrics, LoadMetricsConfig, UsageWindow, oom_and_pending
 from fedsched.common.model.metrics import METRICS, FragTracker, latency_stats, snapshot_metrics, utilisation
 from fedsched.common.schedulers import Placement, Scheduler, place
 from fedsched.common.sim.replay.churn import ChurnMixin
@@ -72,7 +73,7 @@ from fedsched.common.sim.replay.config import (
     RUNNING,
     ReplayConfig,
 )
-from fedsched.common.sim.replay.usage import UsageMixin
+from fedsched.common.sim.replay.usage import _CUR, UsageMixin
 from fedsched.common.sim.replay.workload import ReplayWorkload, replay_workload
 
 
@@ -139,6 +140,16 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
                                     ns.oom_count)
         self.state.telemetry = self._telemetry
         self._node_pods: list[set[int]] = [set() for _ in range(n_nodes)]
+        # Online metrics (common/model/load_metrics.py) and the windowed per-node statistics
+        # the load-aware scorers read (state.telemetry.cpu_mean/std, mem_mean/std).
+        self.load_metrics = LoadMetrics(self.state, LoadMetricsConfig(
+            threshold=cfg.overload_threshold, window_s=cfg.hot_window_s, sla_s=cfg.sla_s))
+        self._stats_cpu = UsageWindow(n_nodes, cfg.stats_window_s)
+        self._stats_mem = UsageWindow(n_nodes, cfg.stats_window_s)
+        # GPU fragmentation kept per node; nodes whose allocation changed are recomputed at the tick.
+        self._frag = FragTracker(self.state, typical)
+        self._frag_dirty: set[int] = set()
+        self._frag_alive = self.state.alive.copy()
 
         # Per-pod bookkeeping (index = PodTable row). Hot scalars in lists, vector data in arrays.
         self.status = [NOT_ARRIVED] * n_pods
@@ -177,7 +188,7 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         self.counters = dict.fromkeys(
             ("events", "stale_events", "decisions", "attempts_skipped", "binds", "evictions",
              "oom_events", "overload_events", "node_failures", "node_repairs", "scale_ups",
-             "scale_downs", "usage_ticks"), 0)
+             "scale_downs", "usage_ticks", "starts"), 0)
         self._util_mean: list[float] = []
         self._util_var: list[float] = []
         self._series: dict[str, list[float]] = {k: [] for k in
@@ -295,6 +306,7 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
             raise ValueError(f"pod {p} bound to node {node}, which is not alive")
         pod = self._pod_cache[p]
         self.state.allocate(node, pod, placement.gpus)  # raises on over-allocation
+        self._frag_dirty.add(node)
         now = self.now
         self.status[p] = RUNNING
         del self._pending[p]
@@ -372,6 +384,7 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
     def _start(self, p: int) -> None:
         """A bound pod starts running: its usage, then its duration clock."""
         self._start_usage(p)
+        self.counters["starts"] += 1
         self._start_t[p] = self.now
         rem = self._remaining[p]
         if rem < math.inf:
@@ -384,6 +397,7 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         if self._stop_usage(p):  # it was running: keep the work done so far
             self._remaining[p] = max(self._remaining[p] - (self.now - self._start_t[p]), 0.0)
         self.state.release(n, self._pod_cache[p], self._gpus[p])
+        self._frag_dirty.add(n)
         self._node_pods[n].discard(p)
         ns = self.node_stats
         ns.n_pods[n] -= 1
@@ -419,8 +433,34 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         self._step_usage()
         if cfg.autoscale:
             self._autoscale()
+        self._measure(cfg.usage_tick_s)
         self._sample()
         self._push(self.now + cfg.usage_tick_s, EV_TICK, 0, 0)
+
+    def _measure(self, dt: float) -> None:
+        """Feed this tick (its values hold for ``dt``) to the online metrics and the windowed
+        telemetry; bring the per-node GPU fragmentation up to date first."""
+        s, n = self.state, len(self.nodes)
+        changed = np.flatnonzero(s.alive != self._frag_alive)
+        if len(changed):
+            self._frag_dirty.update(changed.tolist())
+            self._frag_alive[:] = s.alive
+        if self._frag_dirty and self._frag.model is not None:
+            self._frag.update_nodes(np.fromiter(self._frag_dirty, dtype=np.int64))
+        self._frag_dirty.clear()
+        k = self._n_active
+        nodes, cpu = self._s_node[:k], self._sf[_CUR, :k]
+        pods = np.bincount(nodes, minlength=n)
+        max_pod = np.zeros(n)
+        np.maximum.at(max_pod, nodes, cpu)
+        frag = self._frag.total if self._frag.model is not None else None
+        self.load_metrics.tick(s, dt, self._cpu_demand, pods, max_pod, frag)
+        tel = self._telemetry
+        tel.cpu_mean = self._stats_cpu.add(dt, s.cpu_used / self._cap_cpu)
+        tel.mem_mean = self._stats_mem.add(dt, s.mem_used / self._cap_mem)
+        tel.cpu_std, tel.mem_std = self._stats_cpu.std(), self._stats_mem.std()
+        if tel.metrics_age_s is None:
+            tel.metrics_age_s = np.zeros(n)  # simulated telemetry is always fresh
 
     def _sample(self) -> None:
         """Record the per-tick series; utilisation as in :func:`utilisation` (alive nodes)."""
@@ -459,6 +499,12 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
                  util_variance=float(np.mean(self._util_var)) if self._util_var else math.nan,
                  overload_events=float(self.counters["overload_events"]),
                  oom_events=float(self.counters["oom_events"]))
+        m.update(self.load_metrics.result())
+        waiting = np.array([self.now - self._enq[p] for p in self._pending])
+        m.update(oom_and_pending(self.counters["starts"], self.counters["oom_events"],
+                                 sum(1 for k in self._oom_kills if k > 0), lat, waiting,
+                                 self.config.sla_s))
+        m["offered_load_pct"] = 100.0 * self.workload.offered_load
         metrics = {k: float(m[k]) for k in METRICS}
         wall = time.perf_counter() - self._wall0
         counters = {k: float(v) for k, v in self.counters.items()}

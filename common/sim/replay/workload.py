@@ -18,12 +18,14 @@ measure is GPU milli when the cluster has GPUs, CPU milli otherwise (as in packi
 mode), over every node, spares included. The openb traces are ~0.2% loaded as recorded,
 so ``target_load`` (or a large ``duration_scale``) is how a run gets a loaded cluster;
 since an openb pod list requests about the whole cluster in total and arrives gradually,
-at most ~45% is reachable (with ``start_quantile=0.01``); an unreachable target uses
-the maximum (every pod stays to the end) and ``ReplayWorkload.offered_load`` tells what
-was reached. Noise (seeded, drawn for every trace row so the selection does not change
-a pod's draw): each arrival gets ``N(0, arrival_jitter_s)`` seconds (clipped at 0), each
-duration a factor ``max(0.05, 1 + N(0, duration_jitter))``. Pods are ordered by arrival
-(ties by trace row); ``max_pods`` keeps the first arrivals. The run ends at
+at most ~45% is reachable (with ``start_quantile=0.01``). An unreachable target is an
+error naming the highest reachable load, unless ``allow_unreachable_load`` (then the run uses
+that maximum: every pod stays to the end); ``ReplayWorkload.offered_load`` is what was
+reached, and every replay result reports it (``offered_load_pct``).
+Noise (seeded, drawn for every trace row so the selection does not change a pod's draw):
+each arrival gets ``N(0, arrival_jitter_s)`` seconds (clipped at 0), each duration a factor
+``max(0.05, 1 + N(0, duration_jitter))``. Pods are ordered by arrival (ties by trace row);
+``max_pods`` keeps the first arrivals. The run ends at
 ``horizon_s``; ``None`` means the last arrival, ``math.inf`` means when nothing is left to
 do (all arrived, none pending, no pod with a finite duration still bound).
 """
@@ -103,7 +105,14 @@ def replay_workload(pods: PodTable, nodes: NodeTable, config: ReplayConfig,
         if not finite_end:
             raise ValueError("target_load needs arrivals spread over time or a positive finite horizon_s")
         lo_s, hi_s = 1e-9, 1e12
-        if _offered(size, arrival, dur * hi_s, span, cap) <= cfg.target_load:
+        reachable = _offered(size, arrival, dur * hi_s, span, cap)
+        if reachable < cfg.target_load * (1 - 1e-3) and not cfg.allow_unreachable_load:
+            raise ValueError(
+                f"replay target_load {cfg.target_load:g} cannot be reached: with every pod staying "
+                f"to the end the requested load is {reachable:.3g} of capacity over the run; lower "
+                f"target_load, raise max_pods or start_quantile, set horizon_s, or allow it "
+                f"(allow_unreachable_load / --replay-allow-unreachable-load)")
+        if reachable <= cfg.target_load:
             scale = hi_s
         else:
             for _ in range(200):  # bisection in log space

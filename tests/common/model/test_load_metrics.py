@@ -136,3 +136,12 @@ def test_hot_time_barely_moves_between_5s_and_30s_ticks(seed: int) -> None:
         results.append(m.result()["hot_cpu_node_s"])
     assert results[0] > 0
     assert abs(results[1] - results[0]) / results[0] < 0.03
+
+
+def test_window_std_is_the_time_weighted_spread() -> None:
+    w = UsageWindow(1, 400.0)
+    for v, dt in ((0.2, 100.0), (0.6, 300.0)):
+        w.add(dt, np.array([v]))
+    mean = (0.2 * 100 + 0.6 * 300) / 400
+    assert w.mean()[0] == pytest.approx(mean)
+    assert w.std()[0] == pytest.approx(math.sqrt((0.04 * 100 + 0.36 * 300) / 400 - mean**2))
