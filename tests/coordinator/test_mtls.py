@@ -147,11 +147,7 @@ def hub(tmp_path_factory) -> Hub:
         # The hub operator's flwr CLI: private FLWR_HOME whose connection is the SuperLink's Control API.
         home = root / "flwr-home"
         write_connection(home, f"{HOST}:{sl_port}", cdir / certs.CA_CRT)
-        out = root / "fed"
-        node_env = {**base_env, "FLWR_HOME": str(root / "supernode-home"),
-                    "FEDSCHED_LOCAL_STEPS": "32", "FEDSCHED_OPENB_NODES": "30", "FEDSCHED_EVAL_NODES": "40",
-                    "FEDSCHED_NUM_SERVER_ROUNDS": "2", "FEDSCHED_MIN_NODES": "2",
-                    "FEDSCHED_OUT_DIR": str(out / "hub"), "FEDSCHED_STATE_DIR": str(out / "state")}
+        node_env = {**base_env, "FLWR_HOME": str(root / "supernode-home")}
         h = Hub(root=root, certs=cdir, procs=procs, superlink_port=sl_port, ingress_port=ingress_port,
                 sidecar_ports=sidecars, flwr_env={**base_env, "FLWR_HOME": str(home)}, node_env=node_env,
                 nginx_dir=ngx_dir)
@@ -179,8 +175,7 @@ def test_two_rounds_through_the_mtls_path(hub: Hub) -> None:
     wait_members_online(hub)
 
     out = hub.root / "fed"
-    # pyproject's [tool.flwr.app.config] defines every key, so the run config wins over the
-    # SuperNodes' FEDSCHED_* environment (only a fallback): the tiny settings go in both.
+    # The tiny settings go in the run config (the only source: pyproject's table, overridden here).
     run_config = " ".join([*(f"{k}={v}" for k, v in RUN_CONFIG.items()),
                            f"out-dir='{out / 'hub'}'", f"state-dir='{out / 'state'}'"])
     run_log = hub.procs.logs / "flwr-run.log"
