@@ -11,17 +11,29 @@ Sources that feed it:
   :meth:`upsert_node`, :meth:`delete_node`, :meth:`upsert_pod` and :meth:`delete_pod`. A pod
   counts on its node from the moment it has ``spec.nodeName`` until it is deleted or ends
   (phase Succeeded/Failed), as in kube-scheduler's own cache. A pod on a node the cache does
-  not know yet waits and is counted when the node arrives.
+  not know yet waits and is counted when the node arrives. A pod without ``spec.nodeName``
+  (not ended) of the scheduler :attr:`queue_scheduler` (None: any) is *queued*: their number is
+  ``Telemetry.queue_len``, the policy's ``queue`` feature, as the replay simulator's pending
+  queue (the pod being decided included).
 - A nodes CSV (openb schema, :meth:`from_csv`) for the local mode, with :meth:`bind` as the
   scheduler's bind verb.
 - Telemetry (``agent/telemetry.py``) through :meth:`apply_telemetry`: real CPU and memory use
-  set ``state.cpu_used`` / ``state.mem_used``, and a :class:`~fedsched.common.learning.features.Telemetry`
-  (usage trend, overload flag and history) computed as the replay simulator computes it, with the
-  windowed statistics the load-aware baselines read: ``cpu_mean`` / ``cpu_std`` / ``mem_mean`` /
-  ``mem_std`` (Prometheus' ``avg_over_time`` / ``stddev_over_time`` of the ratios; NaN for a node
-  without them) and ``metrics_age_s`` (per node, the age of its newest sample at the last good
-  refresh: ``fetched_at - timestamp``; ``inf`` for a node Prometheus never had; None until the
-  first good refresh). While Prometheus is down the ages are not refreshed.
+  set ``state.cpu_used`` / ``state.mem_used`` (measured, per node and resource), and a
+  :class:`~fedsched.common.learning.features.Telemetry` (usage trend, overload flag and
+  history) computed as the replay simulator computes it, with the windowed statistics the
+  load-aware baselines read: ``cpu_mean`` / ``cpu_std`` / ``mem_mean`` / ``mem_std``
+  (Prometheus' ``avg_over_time`` / ``stddev_over_time`` of the ratios; NaN for a node without
+  them) and ``metrics_age_s`` (per node, the age of its newest sample at the last good refresh:
+  ``fetched_at - timestamp``; ``inf`` for a node Prometheus never had; None until the first
+  good refresh). While Prometheus is down the ages are not refreshed.
+
+Real use (``state.cpu_used`` / ``state.mem_used``) follows the one definition of
+:class:`~fedsched.common.model.cluster.ClusterState`: until telemetry measures a node (and for a
+resource Prometheus has no value for) it is the requests of the pods counted on the node, as in
+packing mode, where the shipped policy was trained; from a node's first measurement on it is the
+measured use (as replay mode's usage model). ``state.cpu_measured`` / ``mem_measured`` say which,
+per node; a rebuild of the tables (a node change) puts every node back on requests until the
+next refresh.
 
 Node changes rebuild the tables (they are rare); pod changes update the state in place. All
 mutations and every read that must be consistent hold :attr:`lock`.
@@ -47,7 +59,7 @@ from fedsched.agent.cluster.k8s_objects import (
     pod_from_json,
 )
 from fedsched.common.learning.features import Telemetry
-from fedsched.common.model.cluster import ClusterState, NodeTable, Pod
+from fedsched.common.model.cluster import USE_REQUESTS, ClusterState, NodeTable, Pod
 from fedsched.common.model.traces import load_nodes
 from fedsched.common.schedulers.base import default_gpu_choice
 from fedsched.common.sim.replay import ReplayConfig
@@ -98,6 +110,8 @@ class ClusterCache:
         self.last_telemetry: float = 0.0  # unix time of the last applied telemetry snapshot
         self.telemetry_up = False
         self.on_bound: list = []  # callables(BoundPod) run when a pod is newly counted on a node
+        self.queue_scheduler: str | None = None  # spec.schedulerName of the queued pods (None: any)
+        self.queued: dict[str, None] = {}  # uids of unbound, not ended pods (Telemetry.queue_len)
         self._set_nodes(list(nodes or []))
 
     # ---- construction ---------------------------------------------------------------------
@@ -128,7 +142,7 @@ class ClusterCache:
         self.infos = infos
         self.table = table
         self.index = {n.name: i for i, n in enumerate(infos)}
-        self.state = ClusterState(self.table)
+        self.state = ClusterState(self.table, use_source=USE_REQUESTS)  # until telemetry measures
         # A node reporting no allocatable CPU or memory cannot run pods (and would divide by zero).
         self.schedulable = np.array(
             [not n.unschedulable and n.ready and n.cpu > 0 and n.mem > 0 for n in infos], dtype=bool
@@ -153,6 +167,7 @@ class ClusterCache:
             mem_mean=np.full(k, np.nan),
             mem_std=np.full(k, np.nan),
         )
+        self.telemetry.queue_len = len(self.queued)
         self.state.telemetry = self.telemetry
         old = list(self.pods.values())
         self.pods = {}
@@ -191,7 +206,7 @@ class ClusterCache:
             except ObjectError:
                 self.rejected_objects += 1
         with self.lock:
-            self.pods, self.waiting = {}, {}
+            self.pods, self.waiting, self.queued = {}, {}, {}
             self._set_nodes(infos)
             for obj in pods:
                 self.upsert_pod(obj)
@@ -242,6 +257,12 @@ class ClusterCache:
         with self.lock:
             if not node or phase in TERMINAL_PHASES:
                 self.delete_pod(uid)
+                sched = (obj.get("spec") or {}).get("schedulerName", "default-scheduler")
+                if not node and phase not in TERMINAL_PHASES and (
+                    self.queue_scheduler is None or sched == self.queue_scheduler
+                ):
+                    self.queued[uid] = None
+                    self.telemetry.queue_len = len(self.queued)
                 return
             try:
                 pod = self.pod(obj)
@@ -264,6 +285,8 @@ class ClusterCache:
     def delete_pod(self, uid: str) -> None:
         with self.lock:
             self.waiting.pop(uid, None)
+            if self.queued.pop(uid, 0) is None:
+                self.telemetry.queue_len = len(self.queued)
             b = self.pods.pop(uid, None)
             if b is not None:
                 self.state.release(self.index[b.node], b.pod, b.gpus)
@@ -310,6 +333,8 @@ class ClusterCache:
             self.overcommitted += 1
         b = BoundPod(uid, node, pod, tuple(gpus), created, bound_at)
         self.pods[uid] = b
+        if self.queued.pop(uid, 0) is None:
+            self.telemetry.queue_len = len(self.queued)
         self.generation += 1
         if new:
             for hook in self.on_bound:
@@ -335,13 +360,23 @@ class ClusterCache:
                 self.usage_time[i] = u.timestamp
                 self.cpu_ratio[i] = u.cpu_ratio
                 self.mem_ratio[i] = u.mem_ratio
-                cpu = u.cpu_ratio * cap_cpu[i] if math.isfinite(u.cpu_ratio) else s.cpu_used[i]
-                mem = u.mem_ratio * cap_mem[i] if math.isfinite(u.mem_ratio) else s.mem_used[i]
-                if dt > 0:
-                    a = self.trend_alpha
-                    tel.cpu_trend[i] += a * ((cpu - s.cpu_used[i]) / dt - tel.cpu_trend[i])
-                    tel.mem_trend[i] += a * ((mem - s.mem_used[i]) / dt - tel.mem_trend[i])
-                s.cpu_used[i], s.mem_used[i] = cpu, mem
+                # A resource without a value keeps its use (measured before, or requests); the
+                # trend follows measurements only (not the step from requests to a first one).
+                a = self.trend_alpha
+                if math.isfinite(u.cpu_ratio):
+                    cpu = u.cpu_ratio * cap_cpu[i]
+                    if dt > 0 and s.cpu_measured[i]:
+                        tel.cpu_trend[i] += a * ((cpu - s.cpu_used[i]) / dt - tel.cpu_trend[i])
+                    s.set_measured_use(i, cpu=cpu)
+                elif dt > 0:
+                    tel.cpu_trend[i] -= a * tel.cpu_trend[i]
+                if math.isfinite(u.mem_ratio):
+                    mem = u.mem_ratio * cap_mem[i]
+                    if dt > 0 and s.mem_measured[i]:
+                        tel.mem_trend[i] += a * ((mem - s.mem_used[i]) / dt - tel.mem_trend[i])
+                    s.set_measured_use(i, mem=mem)
+                elif dt > 0:
+                    tel.mem_trend[i] -= a * tel.mem_trend[i]
                 over = bool(math.isfinite(u.cpu_ratio) and u.cpu_ratio > self.overload_threshold)
                 if over and not tel.overloaded[i]:
                     tel.overload_count[i] += 1

@@ -7,6 +7,11 @@ Observation (a padded ``Dict`` so clusters of any size fit one space):
 - ``pod``: ``[len(POD_FEATURES)]``, ``context``: ``[len(CONTEXT_FEATURES)]``,
 - ``mask``: ``[max_nodes]`` int8, 1 for the nodes where the pod fits now.
 
+Real use in the observation (the ``cpu_used`` / ``mem_used`` features) is the one definition
+of :class:`~fedsched.common.model.cluster.ClusterState`: requests in packing mode (as serving
+without telemetry), the usage model's measured use in replay mode (as serving with telemetry;
+``tests/agent/serving/test_no_train_serve_skew.py`` checks the extender against this env).
+
 The action is a node index; :meth:`SchedulingEnv.action_masks` gives the mask as booleans
 (sb3-contrib's MaskablePPO reads it). An action on a masked node costs the
 ``invalid_action`` penalty and the pod is placed by kube-default's scores instead, as the

@@ -190,6 +190,7 @@ def build_agent(opts: dict[str, Any]) -> Decider:
     )
     name = opts["scheduler-name"]
     cfg = DeciderConfig(opts["mode"], opts["budget-ms"], None if name == "*" else name, opts["seed"], safety)
+    cache.queue_scheduler = cfg.scheduler_name  # the pending queue the policy's queue feature counts
     decider = Decider(cache, models, cfg, metrics, weights_models)
     metrics.watch_telemetry(lambda: cache.last_telemetry, lambda: cache.telemetry_up)
     return decider

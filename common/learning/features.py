@@ -15,6 +15,13 @@ Per pod (``POD_FEATURES``): requests, GPU kind, QoS. Cluster context
 (``CONTEXT_FEATURES``): allocation, fragmentation, spread of utilisation, pending queue,
 share of feasible nodes.
 
+Real use (``cpu_used`` / ``mem_used`` and the ``util_*`` context) is ``state.cpu_used`` /
+``state.mem_used`` under the one definition of
+:class:`~fedsched.common.model.cluster.ClusterState`: requests where nothing measures a node
+(packing mode, serving without telemetry), measured use where something does (replay's usage
+model, serving's telemetry). The builder does not change the vector with it; it records which
+it had per candidate in ``Features.use_measured`` (not policy input, not in the decision log).
+
 The GPU a sharing pod takes on the chosen node is the one that removes the most
 fragmentation (FGD's rule) when typical pods are known, else the best-fitting one.
 """
@@ -68,7 +75,9 @@ class Telemetry:
     A field is None when the source has none (packing mode, the replay simulator, serving
     before any telemetry), and an entry is NaN for a node the source has no value for; the
     baselines then use ``state.cpu_used / capacity`` as the mean, 0 as the deviation, and
-    treat the node's metrics as fresh.
+    treat the node's metrics as fresh. Whether ``state.cpu_used`` is then measured or the
+    node's requests is ``state.cpu_measured`` / ``mem_measured`` (``ClusterState``'s one
+    definition of real use).
     """
 
     cpu_trend: np.ndarray
@@ -95,6 +104,9 @@ class Features:
     nodes: np.ndarray  # float32 [K, len(NODE_FEATURES)]
     pod: np.ndarray  # float32 [len(POD_FEATURES)]
     context: np.ndarray  # float32 [len(CONTEXT_FEATURES)]
+    # Not policy input: per candidate, whether its cpu_used / mem_used columns were measured use
+    # (True) or its requests (False), as ClusterState.cpu_measured & mem_measured; None if unknown.
+    use_measured: np.ndarray | None = None
 
 
 class FeatureBuilder:
@@ -190,7 +202,8 @@ class FeatureBuilder:
             np.log1p(tel.queue_len), (n_feasible if n_feasible is not None else k) / max(n_alive, 1),
             np.log(max(n_alive, 1)) / 10.0,
         ], dtype=np.float32)
-        return Features(node_feats, self.pod_features(pod), context)
+        measured = state.cpu_measured[nodes] & state.mem_measured[nodes]
+        return Features(node_feats, self.pod_features(pod), context, measured)
 
     def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
         """The GPU(s) for ``pod`` on ``node``: FGD's rule for sharing pods when possible."""

@@ -91,6 +91,14 @@ class PodTable:
     # Optional per-pod disk-I/O and network demand (MB/s, Mbit/s); zeros in openb.
     disk_io: np.ndarray = field(default_factory=lambda: np.zeros(0))
     net: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # Optional: what a real cluster knows about a pod beyond its requests. ``app`` is the
+    # application / owner (Deployment, Job, ...) as an int64 code, -1 when unknown (the
+    # pod is then an application of its own); the loader numbers codes 0, 1, ... in order
+    # of first appearance. ``cpu_limit`` (milli) and ``mem_limit`` (MiB) are the pod's limits, 0
+    # when unknown (the replay usage model then uses its QoS class's default limit).
+    app: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    cpu_limit: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    mem_limit: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
         n = len(self.names)
@@ -98,6 +106,14 @@ class PodTable:
             object.__setattr__(self, "disk_io", np.zeros(n))
         if len(self.net) == 0 and n:
             object.__setattr__(self, "net", np.zeros(n))
+        if len(self.app) == 0 and n:
+            object.__setattr__(self, "app", np.full(n, -1, dtype=np.int64))
+        for name in ("cpu_limit", "mem_limit"):
+            if len(getattr(self, name)) == 0 and n:
+                object.__setattr__(self, name, np.zeros(n, dtype=np.int64))
+        for name in ("app", "cpu_limit", "mem_limit"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"PodTable.{name} has {len(getattr(self, name))} rows, expected {n}")
 
     def __len__(self) -> int:
         return len(self.names)
@@ -115,6 +131,7 @@ class PodTable:
             gpu_milli=self.gpu_milli[idx], spec_mask=self.spec_mask[idx], qos=self.qos[idx],
             creation=self.creation[idx], deletion=self.deletion[idx],
             disk_io=self.disk_io[idx], net=self.net[idx],
+            app=self.app[idx], cpu_limit=self.cpu_limit[idx], mem_limit=self.mem_limit[idx],
         )
 
 
@@ -131,6 +148,9 @@ class Pod:
     qos: int
     disk_io: float = 0.0
     net: float = 0.0
+    app: int = -1  # application / owner code in its PodTable, -1 unknown
+    cpu_limit: int = 0  # milli, 0 unknown
+    mem_limit: int = 0  # MiB, 0 unknown
 
     @property
     def cpu_nonzero(self) -> int:
@@ -159,10 +179,16 @@ class Pod:
             index=i, cpu=int(pods.cpu[i]), mem=int(pods.mem[i]), num_gpu=int(pods.num_gpu[i]),
             gpu_milli=int(pods.gpu_milli[i]), spec_mask=int(pods.spec_mask[i]),
             qos=int(pods.qos[i]), disk_io=float(pods.disk_io[i]), net=float(pods.net[i]),
+            app=int(pods.app[i]), cpu_limit=int(pods.cpu_limit[i]), mem_limit=int(pods.mem_limit[i]),
         )
 
 
 _STATE_SERIAL = itertools.count()
+
+
+USE_REQUESTS = "requests"
+USE_MEASURED = "measured"
+USE_SOURCES = (USE_REQUESTS, USE_MEASURED)
 
 
 class ClusterState:
@@ -171,9 +197,33 @@ class ClusterState:
     ``gpu_free[n, g]`` is the free milli-GPU of GPU ``g`` on node ``n``; slots past the
     node's GPU count hold 0, which no request (always >= 1 milli) can use, so padded
     slots never count as free or as fragments.
+
+    **A node's real use** (``cpu_used`` milli-CPU, ``mem_used`` MiB; the one definition every
+    mode shares, the policy's ``cpu_used`` / ``mem_used`` features and the load-aware scorers
+    read it): the best known value of what the node's pods really use *now*, per node and per
+    resource from one of two sources:
+
+    - *requests* (``cpu_measured[n]`` / ``mem_measured[n]`` False): nothing measures the node,
+      so its use **is the sum of the requests** (``Pod.cpu`` / ``Pod.mem``, not the non-zero
+      scoring defaults) of the pods counted on it; :meth:`allocate` and :meth:`release` keep it
+      so. Packing mode (``fedsched.common.sim.packing``) and serving without telemetry
+      (``agent/cluster/cache.py``) are this case, so they hand the policy the same number.
+    - *measured* (the flag True): a measurement source sets the value and ``allocate`` /
+      ``release`` leave it alone: replay's usage model (``fedsched.common.sim.replay.usage``:
+      the running pods' use, CPU clipped at capacity, a bound pod adds nothing until it starts)
+      and serving with telemetry (the Prometheus recording rules' ratio x allocatable, set with
+      :meth:`set_measured_use`; a node or resource Prometheus has no value for stays on requests).
+
+    ``use_source`` (the constructor argument) sets the flags of every node: ``"requests"`` or
+    ``"measured"`` (the default, for a caller that writes ``cpu_used`` itself and wants it left
+    alone; the replay simulator passes it explicitly). :attr:`real_use` says whether every alive
+    node is measured; the feature builder records the flags of the candidates in
+    ``Features.use_measured``.
     """
 
-    def __init__(self, nodes: NodeTable) -> None:
+    def __init__(self, nodes: NodeTable, use_source: str = USE_MEASURED) -> None:
+        if use_source not in USE_SOURCES:
+            raise ValueError(f"use_source must be one of {', '.join(USE_SOURCES)}, got {use_source!r}")
         self.nodes = nodes
         # Unique per state object (unlike id(), never reused): caches key on it.
         self.serial = next(_STATE_SERIAL)
@@ -197,19 +247,49 @@ class ClusterState:
         # Live signals beyond requests (a features.Telemetry: usage trends, overload and OOM
         # history, queue length), set by the replay simulator or by serving; None otherwise.
         self.telemetry = None
-        # Real usage (replay mode's usage model); stays zero in packing mode.
+        # Real use (see the class docstring for the one definition): requests, or measured.
         self.cpu_used = np.zeros(n, dtype=np.float64)
         self.mem_used = np.zeros(n, dtype=np.float64)
+        measured = use_source == USE_MEASURED
+        self.cpu_measured = np.full(n, measured, dtype=bool)
+        self.mem_measured = np.full(n, measured, dtype=bool)
 
     def copy(self) -> ClusterState:
         c = ClusterState.__new__(ClusterState)
         c.nodes = self.nodes
         c.serial = next(_STATE_SERIAL)
         for k in ("cpu_req", "mem_req", "cpu_req_nz", "mem_req_nz", "io_req", "net_req", "gpu_exists",
-                  "gpu_free", "alive", "version", "gpu_tag_pods", "cpu_used", "mem_used"):
+                  "gpu_free", "alive", "version", "gpu_tag_pods", "cpu_used", "mem_used",
+                  "cpu_measured", "mem_measured"):
             setattr(c, k, getattr(self, k).copy())
         c.telemetry = self.telemetry
         return c
+
+    # ---- real use ------------------------------------------------------------------
+    @property
+    def real_use(self) -> bool:
+        """True when every alive node's CPU and memory use is measured (no request stands in)."""
+        a = self.alive
+        return bool(self.cpu_measured[a].all() and self.mem_measured[a].all())
+
+    @property
+    def use_source(self) -> str:
+        """``"requests"`` (no alive node measured), ``"measured"`` (all) or ``"mixed"``."""
+        a = self.alive
+        flags = np.concatenate([self.cpu_measured[a], self.mem_measured[a]])
+        if flags.all():
+            return USE_MEASURED
+        return "mixed" if flags.any() else USE_REQUESTS
+
+    def set_measured_use(self, node: int, cpu: float | None = None, mem: float | None = None) -> None:
+        """Set ``node``'s measured CPU (milli) and/or memory (MiB) use; from now on ``allocate`` /
+        ``release`` leave that resource's use alone."""
+        if cpu is not None:
+            self.cpu_used[node] = cpu
+            self.cpu_measured[node] = True
+        if mem is not None:
+            self.mem_used[node] = mem
+            self.mem_measured[node] = True
 
     # ---- derived views -------------------------------------------------------------
     @property
@@ -257,6 +337,10 @@ class ClusterState:
             self.gpu_free[node, g] -= pod.gpu_milli
         if pod.num_gpu:
             self.gpu_tag_pods[node, pod.gpu_tag] += 1
+        if not self.cpu_measured[node]:  # use = requests (class docstring)
+            self.cpu_used[node] += pod.cpu
+        if not self.mem_measured[node]:
+            self.mem_used[node] += pod.mem
         if (self.cpu_req[node] > self.nodes.cpu[node] or self.mem_req[node] > self.nodes.mem[node]
                 or (self.gpu_free[node] < 0).any()):
             raise AssertionError(f"node {self.nodes.names[node]} over-allocated by pod {pod.index}")
@@ -274,3 +358,7 @@ class ClusterState:
             self.gpu_free[node, g] += pod.gpu_milli
         if pod.num_gpu:
             self.gpu_tag_pods[node, pod.gpu_tag] -= 1
+        if not self.cpu_measured[node]:
+            self.cpu_used[node] -= pod.cpu
+        if not self.mem_measured[node]:
+            self.mem_used[node] -= pod.mem

@@ -32,7 +32,9 @@ then by the same order (least used first).
 
 Measurements: the node usage is the latest measured use, ``state.cpu_used`` / ``mem_used`` (the
 replay simulator's usage model; in serving the Prometheus recording rules, see
-agent/cluster/telemetry.py; upstream reads koordlet's NodeMetric). The metrics' age is
+agent/cluster/telemetry.py; upstream reads koordlet's NodeMetric; the node's requests where
+nothing measures it, packing mode and serving without telemetry: ``ClusterState``'s one
+definition of real use). The metrics' age is
 ``state.telemetry.metrics_age_s`` (serving: the age of each node's newest sample at the last
 refresh; ``inf`` for a node Prometheus never had); when it is None or NaN (packing, replay) the
 metrics are fresh (fedsched.common.schedulers.load_stats).

@@ -13,6 +13,12 @@ serving without telemetry) or a NaN entry (a node Prometheus has no value for) g
 An age of ``inf`` stays: the source has never had a sample of the node (both upstream plugins
 give a node without metrics their minimum score). A node without capacity of a resource has
 mean 0 for it.
+
+``state.cpu_used`` / ``mem_used`` follow the one definition of real use in
+:class:`fedsched.common.model.cluster.ClusterState`: the node's requests where nothing measures it
+(packing mode, serving without telemetry), measured use otherwise; ``NodeLoad.measured`` says
+which, per candidate, for a scorer that wants to treat the two apart (none does today: the
+fallback of an unmeasured node is then its requested share, in every mode alike).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ class NodeLoad:
     mem_mean: np.ndarray
     mem_std: np.ndarray
     age_s: np.ndarray  # seconds since the node's newest sample at the last refresh (0: fresh, inf: none)
+    measured: np.ndarray  # bool: CPU and memory use measured (False: requests stand in)
 
 
 def _fraction(used: np.ndarray, cap: np.ndarray) -> np.ndarray:
@@ -61,4 +68,5 @@ def node_load(state: ClusterState, nodes: np.ndarray) -> NodeLoad:
         mem_mean=_field(state, "mem_mean", nodes, mem_now),
         mem_std=_field(state, "mem_std", nodes, zero),
         age_s=_field(state, "metrics_age_s", nodes, zero),
+        measured=state.cpu_measured[nodes] & state.mem_measured[nodes],
     )

@@ -8,7 +8,8 @@ kube-default's count while its hot node-time, throttling and OOM kills were seve
 worse (see :mod:`fedsched.common.model.load_metrics` for the metrics that replaced it).
 
 Score: the node's real CPU use / capacity x 100 (``state.cpu_used``: replay's usage model or
-telemetry; requests in packing mode).
+telemetry; requests in packing mode and serving without telemetry, ``ClusterState``'s one
+definition of real use).
 
 Arguments: none.
 """

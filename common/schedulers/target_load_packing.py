@@ -6,8 +6,8 @@ pod prediction = CPU limit, else ``request * 1.5``, else 1000m (pods here carry 
 only). Score = ``round((100 - T) * U / T + T)`` if ``U <= T``;
 ``round(T * (100 - U) / (100 - T))`` if ``T < U <= 100``; 0 if ``U > 100``. ``round`` is
 Go's ``math.Round`` (half away from zero). "Measured" is the node's real CPU use from the
-simulator's usage model (replay mode) or from Prometheus (serving); in packing mode the
-simulator has no usage model and real use equals requests.
+simulator's usage model (replay mode) or from Prometheus (serving); in packing mode and in
+serving without telemetry real use equals requests (``ClusterState``'s one definition).
 
 Arguments (upstream ``TargetLoadPackingArgs``, apis/config/v1/defaults.go): ``targetUtilization``
 (40), ``defaultRequests`` cpu (1000m) and ``defaultRequestsMultiplier`` ("1.5"). The watcher /

@@ -9,7 +9,9 @@ fits. No departures.
 
 Run (``run_packing``): pods arrive one at a time; each is placed through the scorer
 interface (:func:`fedsched.common.schedulers.place`) or fails if it fits nowhere, and
-the next one arrives. After every attempt a sample (arrived %, allocation %, fragmented
+the next one arrives. There is no usage model: a node's real use (``cpu_used`` / ``mem_used``)
+is its requests, ClusterState's ``use_source="requests"`` definition, which the serving cache
+without telemetry shares. After every attempt a sample (arrived %, allocation %, fragmented
 GPU) is recorded; the metrics bin these samples as the artefact does.
 """
 
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedsched.common.model.cluster import ClusterState, NodeTable, Pod, PodTable
+from fedsched.common.model.cluster import USE_REQUESTS, ClusterState, NodeTable, Pod, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.load_metrics import LOAD_METRICS
 from fedsched.common.model.metrics import FragTracker, binned_curve, snapshot_metrics, utilisation
@@ -91,7 +93,8 @@ class PackingSimulator:
         self.rng = np.random.default_rng(seed)
         self.order = packing_workload(pool, nodes, target_load, self.rng)
         self.node_rank = self.rng.permutation(len(nodes))  # the artefact's tie-break order
-        self.state = ClusterState(nodes)
+        # No usage model: a node's real use is its requests (ClusterState's one definition).
+        self.state = ClusterState(nodes, use_source=USE_REQUESTS)
         self.frag = FragTracker(self.state, typical)
         self.gpu = uses_gpu_measure(nodes)
         self.capacity = float(nodes.total_gpu_milli if self.gpu else nodes.cpu.sum())
@@ -145,9 +148,7 @@ class PackingSimulator:
         self.placements[k] = p.node
         self.gpus.append(p.gpus)
         if p.node >= 0:
-            state.allocate(p.node, pod, p.gpus)
-            state.cpu_used[p.node] += pod.cpu  # packing: real use equals requests
-            state.mem_used[p.node] += pod.mem
+            state.allocate(p.node, pod, p.gpus)  # and real use = requests (ClusterState docstring)
             self.frag.update(p.node)
             self._allocated += size
             self._gpu_alloc += pod.gpu_request

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from fedsched.agent.cluster.cache import ClusterCache
+from fedsched.agent.cluster.k8s_objects import pod_to_json
 from fedsched.agent.cluster.telemetry import NodeUsage
 from fedsched.common.model.cluster import Pod
 from fedsched.common.schedulers import KoordinatorLoadAware, LoadVariationRiskBalancing
@@ -196,3 +197,57 @@ def test_a_node_the_model_cannot_hold_is_left_out_and_the_cache_stays_whole(obje
     more["metadata"]["name"] = "cpu-node-z"
     cache.upsert_node(more)  # later nodes still arrive
     assert "cpu-node-z" in cache.index and len(cache.table) == 7
+
+
+def test_real_use_is_requests_until_telemetry_measures_it(objects):
+    """ClusterState's one definition of real use: requests where nothing measures a node (as
+    packing mode), the measured use once telemetry has a value (as replay), per node and
+    resource; a bind then moves requests only on measured nodes."""
+    nodes, pods = objects
+    cache = ClusterCache()
+    cache.replace_all(nodes, pods)
+    s = cache.state
+    assert s.use_source == "requests"
+    np.testing.assert_array_equal(s.cpu_used, s.cpu_req)
+    np.testing.assert_array_equal(s.mem_used, s.mem_req)
+    a, b = _ids(cache, "cpu-node-a"), _ids(cache, "cpu-node-b")
+    cache.apply_telemetry(snapshot({"cpu-node-a": (0.5, float("nan"))}))
+    assert s.cpu_measured[a] and not s.mem_measured[a] and not s.cpu_measured[b]
+    assert s.cpu_used[a] == pytest.approx(0.5 * 7910) and s.mem_used[a] == s.mem_req[a]
+    assert cache.telemetry.cpu_trend[a] == 0  # no trend from requests to a first measurement
+    assert s.use_source == "mixed"
+    pod = Pod(-1, 100, 64, 0, 0, 0, 1)
+    cpu_a = s.cpu_used[a]
+    cache.bind("extra-a", pod, "cpu-node-a")
+    cache.bind("extra-b", pod, "cpu-node-b")
+    assert s.cpu_used[a] == cpu_a and s.mem_used[a] == s.mem_req[a]  # measured CPU stays
+    assert (s.cpu_used[b], s.mem_used[b]) == (s.cpu_req[b], s.mem_req[b])  # requests follow
+    cache.delete_pod("extra-b")
+    assert (s.cpu_used[b], s.mem_used[b]) == (s.cpu_req[b], s.mem_req[b])
+
+
+def test_the_pending_queue_counts_unbound_pods_of_its_scheduler(objects):
+    """Telemetry.queue_len (the policy's queue feature) as the replay simulator's pending queue:
+    unbound, not ended pods of the agent's scheduler; a bind takes one out."""
+    nodes, pods = objects
+    cache = ClusterCache()
+    cache.queue_scheduler = "fedsched"
+    cache.replace_all(nodes, pods)
+    assert cache.telemetry.queue_len == 1  # llama-finetune-9fz2c: Pending, no node
+    extra = pod_to_json(Pod(-1, 100, 64, 0, 0, 0, 1), "other", uid="uid-other")
+    other = copy.deepcopy(extra)
+    other["metadata"].update(name="other-sched", uid="uid-other-sched")
+    other["spec"]["schedulerName"] = "default-scheduler"
+    cache.upsert_pod(extra)
+    cache.upsert_pod(other)  # another profile's pod: not in this queue
+    assert cache.telemetry.queue_len == 2
+    pod = cache.pod(extra)
+    cache.bind("uid-other", pod, "cpu-node-a")
+    assert cache.telemetry.queue_len == 1
+    done = copy.deepcopy(extra)
+    done["metadata"]["uid"] = "uid-done"
+    done["status"] = {"phase": "Failed"}
+    cache.upsert_pod(done)
+    assert cache.telemetry.queue_len == 1
+    cache.upsert_node(copy.deepcopy(nodes[0]) | {"metadata": nodes[0]["metadata"] | {"labels": {"x": "y"}}})
+    assert cache.telemetry.queue_len == 1

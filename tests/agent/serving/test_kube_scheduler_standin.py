@@ -1,76 +1,34 @@
 """No train/serve skew: a trace scheduled through the real extender decides as the simulator does.
 
-A kube-scheduler stand-in drives the HTTP extender the way kube-scheduler does: its filter
-plugins (NodeResourcesFit and the GPU checks, on its own copy of the cluster), then the
-extender's filter verb, then its score plugins (the default profile's NodeResourcesFit
-LeastAllocated + BalancedAllocation, weight 1 each) plus ``extender score * weight * 10``
-with the weight of the shipped KubeSchedulerConfiguration, ``selectHost`` (the best total,
-ties at random), and the bind verb. The same pods go through the simulator's in-process
-``place`` with the same policy and seed. Every decision must be the same node, and at the
-end the server's cluster state must equal the simulator's.
+A kube-scheduler stand-in (``tests/kube_scheduler_support.py``) drives the HTTP extender the way
+kube-scheduler does: its filter plugins (NodeResourcesFit and the GPU checks, on its own copy of
+the cluster), then the extender's filter verb, then its score plugins (the default profile's
+NodeResourcesFit LeastAllocated + BalancedAllocation, weight 1 each) plus ``extender score *
+weight * 10`` with the weight of the shipped KubeSchedulerConfiguration, ``selectHost`` (the best
+total, ties at random), and the bind verb. 404 nodes with ``percentageOfNodesToScore: 100``
+(what the shipped configuration sets; sampling is ``test_node_sampling.py``). The same pods go
+through the simulator's in-process ``place`` with the same policy and seed, on a state that holds
+real use as packing mode does (``use_source="requests"``: use = requests, ClusterState's one
+definition; the serving cache without telemetry holds the same). Every decision must be the same
+node, and at the end the server's cluster state (real use included) must equal the simulator's.
+
+This is the requests-only path. The comparison with the training environment itself (replay
+mode, telemetry from the replay simulator) is ``test_no_train_serve_skew.py``.
 """
 
 from __future__ import annotations
 
-from importlib import resources
-
 import numpy as np
 import pytest
-import yaml
 
 from fedsched.agent.cluster.cache import ClusterCache
 from fedsched.agent.cluster.k8s_objects import pod_to_json
 from fedsched.agent.serving.model_store import load_model, resolve_policy_path
-from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.model.cluster import USE_REQUESTS, ClusterState, Pod
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods, split_by_hash
 from fedsched.common.schedulers import place
-from fedsched.common.schedulers.kube_default import KubeDefault
 from tests.extender_support import metric, running
-
-
-def extender_weight() -> int:
-    path = resources.files("fedsched.agent").joinpath("deploy", "kube-scheduler-config.yaml")
-    cfg = yaml.safe_load(path.read_text())
-    (ext,) = cfg["extenders"]
-    return int(ext["weight"])
-
-
-class KubeSchedulerStandIn:
-    """Filter -> extender filter -> plugin scores + extender scores -> selectHost -> bind."""
-
-    def __init__(self, client, nodes, select_gpus, weight: int, seed: int) -> None:
-        self.client = client
-        self.state = ClusterState(nodes)  # the scheduler's own cache of the cluster
-        self.names = nodes.names
-        self.models = nodes.models
-        self.select_gpus = select_gpus  # the GPU device plugin's rule (fedsched binds with the same)
-        self.weight = weight
-        self.rng = np.random.default_rng(seed)
-        self.plugins = KubeDefault()
-
-    def schedule(self, pod: Pod, uid: str) -> int:
-        feasible = np.flatnonzero(self.state.feasible(pod))
-        if not len(feasible):
-            return -1
-        pod_json = pod_to_json(pod, uid, self.models, uid=uid)
-        names = [self.names[i] for i in feasible]
-        status, out = self.client.post("filter", {"Pod": pod_json, "NodeNames": names, "Nodes": None})
-        assert status == 200 and out["Error"] == ""
-        passed = out["NodeNames"]
-        ids = np.array([self.names.index(n) for n in passed])
-        status, prio = self.client.post("prioritize", {"Pod": pod_json, "NodeNames": passed, "Nodes": None})
-        assert status == 200 and [h["Host"] for h in prio] == passed
-        total = (
-            self.plugins.score(self.state, pod, ids) + np.array([h["Score"] for h in prio]) * self.weight * 10
-        )
-        best = np.flatnonzero(total == total.max())
-        node = int(ids[best[self.rng.integers(len(best))]])
-        status, out = self.client.post(
-            "bind", {"PodName": uid, "PodNamespace": "default", "PodUID": uid, "Node": self.names[node]}
-        )
-        assert (status, out) == (200, {"Error": ""})
-        self.state.allocate(node, pod, self.select_gpus(self.state, pod, node))
-        return node
+from tests.kube_scheduler_support import KubeSchedulerStandIn, extender_weight
 
 
 @pytest.mark.parametrize("policy", ["learned", "learned-td3"])
@@ -80,7 +38,7 @@ def test_a_trace_through_the_extender_decides_exactly_as_the_simulator(policy):
     _, test = split_by_hash(pods, 0.3)
     seed = 7
     in_process = load_model(resolve_policy_path(policy)).scheduler
-    sim_state, sim_rng = ClusterState(nodes), np.random.default_rng(seed)
+    sim_state, sim_rng = ClusterState(nodes, use_source=USE_REQUESTS), np.random.default_rng(seed)
     stand_in_gpus = load_model(resolve_policy_path(policy)).scheduler.select_gpus
     cache = ClusterCache.from_table(nodes)
     with running(cache, policy=policy, seed=seed, scheduler_name="fedsched") as (_server, client):
@@ -89,7 +47,7 @@ def test_a_trace_through_the_extender_decides_exactly_as_the_simulator(policy):
         for i in range(min(len(test), 400)):
             pod = Pod.from_table(test, i)
             want = place(in_process, sim_state, pod, sim_rng)
-            got = kube.schedule(pod, f"pod-{i}")
+            got = kube.schedule(pod, f"pod-{i}").node
             assert got == want.node, f"pod {i}: extender path chose {got}, simulator {want.node}"
             decisions += 1
             if want.node >= 0:
@@ -102,6 +60,9 @@ def test_a_trace_through_the_extender_decides_exactly_as_the_simulator(policy):
     for a in ("cpu_req", "mem_req", "gpu_free", "gpu_tag_pods"):
         np.testing.assert_array_equal(getattr(cache.state, a), getattr(sim_state, a), err_msg=a)
         np.testing.assert_array_equal(getattr(kube.state, a), getattr(sim_state, a), err_msg=a)
+    for a in ("cpu_used", "mem_used", "cpu_measured", "mem_measured"):  # real use = requests in both
+        np.testing.assert_array_equal(getattr(cache.state, a), getattr(sim_state, a), err_msg=a)
+    np.testing.assert_array_equal(cache.state.cpu_used, sim_state.cpu_req)
 
 
 def test_a_cluster_read_from_api_objects_gives_the_simulators_features():
@@ -116,7 +77,7 @@ def test_a_cluster_read_from_api_objects_gives_the_simulators_features():
     from_api = ClusterCache()
     from_api.replace_all([node_to_json(nodes, i) for i in range(len(nodes))], [])
     assert from_api.table.models == nodes.models
-    sim = ClusterState(nodes)
+    sim = ClusterState(nodes, use_source=USE_REQUESTS)  # packing mode's state: use = requests
     typical = typical_from_dict(load_checkpoint(default_policy_path())[1]["typical_pods"])
     fb_sim, fb_api = FeatureBuilder(typical), FeatureBuilder(typical)
     rng = np.random.default_rng(0)
@@ -128,6 +89,8 @@ def test_a_cluster_read_from_api_objects_gives_the_simulators_features():
         np.testing.assert_array_equal(a.nodes, b.nodes)
         np.testing.assert_array_equal(a.pod, b.pod)
         np.testing.assert_array_equal(a.context, b.context)
+        np.testing.assert_array_equal(a.use_measured, b.use_measured)
+        assert not a.use_measured.any()  # no telemetry: requests stand in, as in packing mode
         node = int(ids[0])
         gpus = fb_sim.select_gpus(sim, pod, node)
         sim.allocate(node, pod, gpus)

@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from fedsched.common.model.cluster import MILLI_PER_GPU, ClusterState
+from fedsched.common.model.cluster import MILLI_PER_GPU, USE_REQUESTS, ClusterState
 from fedsched.common.schedulers import BASELINES, SchedulerContext, default_gpu_choice, make_scheduler, place
 from tests.common.schedulers.sched_testkit import nodes, pod, pod_table
 
@@ -45,13 +45,12 @@ def clusters(draw):
     table = nodes(cpu=draw(st.lists(st.sampled_from([2000, 8000, 32000, 96000]), min_size=n, max_size=n)),
                   mem=draw(st.lists(st.sampled_from([4096, 65536, 262144]), min_size=n, max_size=n)),
                   gpu=gpu, model=model)
-    state = ClusterState(table)
+    state = ClusterState(table, use_source=USE_REQUESTS)  # real use = requests, as packing mode
     for p in draw(st.lists(pods(), max_size=10)):
         ok = np.flatnonzero(state.feasible(p))
         if len(ok):
             node = int(ok[draw(st.integers(0, len(ok) - 1))])
             state.allocate(node, p, default_gpu_choice(state, p, node))
-            state.cpu_used[node] += p.cpu  # as the packing simulator does
     dead = draw(st.integers(-1, n - 1))
     if dead >= 0 and n > 1:
         state.alive[dead] = False
