@@ -36,7 +36,17 @@ Generative model (common to all profiles)
    count. Times are whole seconds.
 6. Lifetimes are log-normal with median ``lifetime_median_s`` and log-sd ``lifetime_sigma``
    (whole seconds, at least 1); ``deletion_time = creation_time + lifetime``.
-7. Fit guarantee: a GPU pod never asks for more GPUs than the largest node of an acceptable
+7. Applications: pods are grouped into applications (a Deployment's replicas, a job's
+   workers) with ``pods_per_app`` pods on average: ``round(n_pods / pods_per_app)``
+   applications get lognormal popularity weights (log-sd ``APP_SIZE_SIGMA`` = 1, so sizes
+   are heavy-tailed) and each pod picks one by weight. Every replica copies its
+   application's first pod: requests, GPUs, ``gpu_spec``, QoS and I/O demand (arrival time
+   and lifetime stay the pod's own). ``PodTable.app`` holds the application (numbered in
+   order of first appearance); the replay usage model gives the pods of one application a
+   shared usage level. The grouping draws from its own stream
+   (``default_rng([seed, crc32(name), 1])``), so the per-pod draws are those of a profile
+   without applications (``pods_per_app=1``: every pod its own application).
+8. Fit guarantee: a GPU pod never asks for more GPUs than the largest node of an acceptable
    model has, and a pod whose CPU and memory fit no eligible empty node is clipped to the
    largest eligible node (the one with the most CPU, then memory), so every pod fits at
    least one empty node and the strict loader accepts the files.
@@ -50,7 +60,8 @@ Profiles and their parameters
   64x256); ``node_shape_weights``: their probabilities.
 - ``node_disk_io_mbps``, ``node_net_mbps``: disk (MB/s) and network (Mbit/s) capacity of
   every node.
-- ``pods_per_node``: default pod count per node.
+- ``pods_per_node``: default pod count per node; ``pods_per_app``: mean replicas per
+  service (default 6).
 - ``cpu_median_milli``, ``cpu_sigma``, ``cpu_min_milli``, ``cpu_max_milli``: log-normal CPU
   request and its clip range.
 - ``mem_per_core_median_mib``, ``mem_sigma``, ``mem_min_mib``, ``mem_max_mib``: memory
@@ -76,7 +87,8 @@ inference pods, long lifetimes, GPU-model constraints.
 - ``gpu_models``, ``gpu_model_weights``: GPU models and the probability that a GPU node
   carries each (one model per node).
 - ``node_disk_io_mbps``, ``node_net_mbps``: node disk and network capacity.
-- ``pods_per_node``: default pod count per node.
+- ``pods_per_node``: default pod count per node; ``pods_per_app``: mean pods per job or
+  inference service (default 2).
 - ``cpu_pod_fraction``, ``share_fraction``: probabilities that a pod is CPU-only or a
   GPU-sharing inference pod; the rest are whole-GPU jobs.
 - ``job_gpu_counts``, ``job_gpu_weights``: GPUs per whole-GPU job (1, 2, 4, 8) and their
@@ -102,7 +114,8 @@ high churn.
 - ``node_shapes``, ``node_shape_weights``: ``(cores, GiB)`` shapes (4-8 cores, 8-32 GiB).
 - ``gpu_node_fraction``: probability that a node carries one small GPU of ``gpu_model``.
 - ``node_disk_io_mbps``, ``node_net_mbps``: node disk and network capacity.
-- ``pods_per_node``: default pod count per node.
+- ``pods_per_node``: default pod count per node; ``pods_per_app``: mean replicas per
+  application (default 4).
 - ``cpu_median_milli``, ``cpu_sigma``, ``cpu_min_milli``, ``cpu_max_milli``: CPU request.
 - ``mem_median_mib``, ``mem_sigma``, ``mem_min_mib``, ``mem_max_mib``: memory request
   (independent of CPU).
@@ -140,11 +153,13 @@ from fedsched.common.model.cluster import MAX_GPUS_PER_NODE, MILLI_PER_GPU, QOS_
 HOUR = 3600.0
 NODE_CSV_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model", "disk_io_mbps", "net_mbps")
 POD_CSV_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
-                   "creation_time", "deletion_time", "disk_io_mbps", "net_mbps")
+                   "creation_time", "deletion_time", "disk_io_mbps", "net_mbps", "app",
+                   "cpu_limit_milli", "memory_limit_mib")
 
 CPU_STEP_MILLI = 50
 MEM_STEP_MIB = 64
 SHARE_STEP_MILLI = 50
+APP_SIZE_SIGMA = 1.0  # log-sd of the applications' popularity weights (heavy-tailed sizes)
 
 
 # ---- validation helpers ------------------------------------------------------------
@@ -304,23 +319,48 @@ def _ensure_fit(nodes: NodeTable, cpu: np.ndarray, mem: np.ndarray, num_gpu: np.
         mem[i] = min(mem[i], nodes.mem[best])
 
 
+def _applications(prefix: str, seed: int, n: int, pods_per_app: float) -> tuple[np.ndarray, np.ndarray]:
+    """Application code of each pod (in order of first appearance) and its leader pod.
+
+    Drawn from a stream of its own, ``default_rng([seed, crc32(name), 1])``, so the per-pod
+    draws of the profile are the same with and without applications.
+    """
+    if pods_per_app <= 1.0 or n <= 1:
+        idx = np.arange(n, dtype=np.int64)
+        return idx, idx
+    rng = np.random.default_rng([int(seed), zlib.crc32(prefix.encode()), 1])
+    n_apps = max(1, round(n / pods_per_app))
+    weight = np.exp(APP_SIZE_SIGMA * rng.standard_normal(n_apps))
+    raw = rng.choice(n_apps, size=n, p=weight / weight.sum())
+    _, first, inv = np.unique(raw, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[inv.ravel()], first[inv.ravel()].astype(np.int64)
+
+
 def _make_pods(prefix: str, nodes: NodeTable, cpu: np.ndarray, mem: np.ndarray,
                num_gpu: np.ndarray, gpu_milli: np.ndarray, spec_mask: np.ndarray, qos: np.ndarray,
                creation: np.ndarray, lifetime: np.ndarray, disk: np.ndarray,
-               net: np.ndarray) -> PodTable:
-    cpu = np.asarray(cpu, dtype=np.int64).copy()
-    mem = np.asarray(mem, dtype=np.int64).copy()
-    num_gpu = np.asarray(num_gpu, dtype=np.int64)
-    spec_mask = np.asarray(spec_mask, dtype=np.int64)
+               net: np.ndarray, seed: int = 0, pods_per_app: float = 1.0) -> PodTable:
+    n = len(cpu)
+    app, leader = _applications(prefix, seed, n, pods_per_app)
+    # Replicas of an application are copies of its first pod (requests, GPUs, QoS, I/O).
+    cpu = np.asarray(cpu, dtype=np.int64)[leader].copy()
+    mem = np.asarray(mem, dtype=np.int64)[leader].copy()
+    num_gpu = np.asarray(num_gpu, dtype=np.int64)[leader]
+    gpu_milli = np.asarray(gpu_milli, dtype=np.int64)[leader]
+    spec_mask = np.asarray(spec_mask, dtype=np.int64)[leader]
+    qos = np.asarray(qos, dtype=np.int64)[leader]
+    disk = np.asarray(disk, dtype=np.float64)[leader]
+    net = np.asarray(net, dtype=np.float64)[leader]
     _ensure_fit(nodes, cpu, mem, num_gpu, spec_mask)
     creation = np.round(np.asarray(creation, dtype=np.float64))
-    n = len(cpu)
     return PodTable(
         names=tuple(f"{prefix}-pod-{i:05d}" for i in range(n)),
-        cpu=cpu, mem=mem, num_gpu=num_gpu, gpu_milli=np.asarray(gpu_milli, dtype=np.int64),
-        spec_mask=spec_mask, qos=np.asarray(qos, dtype=np.int64),
+        cpu=cpu, mem=mem, num_gpu=num_gpu, gpu_milli=gpu_milli,
+        spec_mask=spec_mask, qos=qos,
         creation=creation, deletion=creation + np.asarray(lifetime, dtype=np.float64),
-        disk_io=np.asarray(disk, dtype=np.float64), net=np.asarray(net, dtype=np.float64),
+        disk_io=disk, net=net, app=app,
     )
 
 
@@ -344,6 +384,8 @@ class WebProfile:
     """Network capacity of every node, Mbit/s."""
     pods_per_node: float = 25.0
     """Default number of pods per node."""
+    pods_per_app: float = 6.0
+    """Mean number of pods (replicas) per application; 1 = every pod its own application."""
     cpu_median_milli: float = 250.0
     """Median CPU request, milli-cores (log-normal)."""
     cpu_sigma: float = 0.9
@@ -396,6 +438,8 @@ class WebProfile:
                      minimum=CPU_STEP_MILLI)
         _check_range(p, "mem_min_mib", self.mem_min_mib, "mem_max_mib", self.mem_max_mib,
                      minimum=MEM_STEP_MIB)
+        _check(self.pods_per_app >= 1 and math.isfinite(self.pods_per_app), p,
+               f"pods_per_app must be >= 1, got {self.pods_per_app}")
         _check_positive(p, pods_per_node=self.pods_per_node, cpu_median_milli=self.cpu_median_milli,
                         mem_per_core_median_mib=self.mem_per_core_median_mib,
                         disk_median_mbps=self.disk_median_mbps, net_median_mbps=self.net_median_mbps,
@@ -429,7 +473,7 @@ class WebProfile:
         life = _lifetimes(rng, n_pods, self.lifetime_median_s, self.lifetime_sigma)
         zeros = np.zeros(n_pods, dtype=np.int64)
         pods = _make_pods(self.name, nodes, cpu, mem, zeros, zeros, zeros, qos, creation, life,
-                          disk, net)
+                          disk, net, seed, self.pods_per_app)
         return nodes, pods
 
 
@@ -459,6 +503,8 @@ class GpuProfile:
     """Network capacity of every node, Mbit/s."""
     pods_per_node: float = 8.0
     """Default number of pods per node."""
+    pods_per_app: float = 2.0
+    """Mean number of pods (replicas) per application; 1 = every pod its own application."""
     cpu_pod_fraction: float = 0.1
     """Probability that a pod is CPU-only (data loaders, controllers)."""
     share_fraction: float = 0.2
@@ -533,6 +579,8 @@ class GpuProfile:
                      self.share_milli_max, minimum=SHARE_STEP_MILLI)
         _check(self.share_milli_max < MILLI_PER_GPU, p, "share_milli_max must be below 1000")
         _check_weights(p, "qos_weights", self.qos_weights, len(QOS_CLASSES))
+        _check(self.pods_per_app >= 1 and math.isfinite(self.pods_per_app), p,
+               f"pods_per_app must be >= 1, got {self.pods_per_app}")
         _check_positive(p, pods_per_node=self.pods_per_node, cores_per_gpu_median=self.cores_per_gpu_median,
                         mem_per_gpu_median_gib=self.mem_per_gpu_median_gib,
                         share_cpu_median_milli=self.share_cpu_median_milli,
@@ -610,7 +658,7 @@ class GpuProfile:
         creation = _uniform_times(rng, n_pods, self.trace_hours * HOUR)
         life = _lifetimes(rng, n_pods, self.lifetime_median_s, self.lifetime_sigma)
         pods = _make_pods(self.name, nodes, cpu, mem, num_gpu, gpu_milli, spec_mask, qos, creation,
-                          life, disk, net)
+                          life, disk, net, seed, self.pods_per_app)
         return nodes, pods
 
 
@@ -636,6 +684,8 @@ class EdgeProfile:
     """Network capacity of every node, Mbit/s."""
     pods_per_node: float = 40.0
     """Default number of pods per node."""
+    pods_per_app: float = 4.0
+    """Mean number of pods (replicas) per application; 1 = every pod its own application."""
     cpu_median_milli: float = 200.0
     """Median CPU request, milli-cores (log-normal)."""
     cpu_sigma: float = 0.7
@@ -700,6 +750,8 @@ class EdgeProfile:
                      self.share_milli_max, minimum=SHARE_STEP_MILLI)
         _check(self.share_milli_max < MILLI_PER_GPU, p, "share_milli_max must be below 1000")
         _check_weights(p, "qos_weights", self.qos_weights, len(QOS_CLASSES))
+        _check(self.pods_per_app >= 1 and math.isfinite(self.pods_per_app), p,
+               f"pods_per_app must be >= 1, got {self.pods_per_app}")
         _check_positive(p, pods_per_node=self.pods_per_node, cpu_median_milli=self.cpu_median_milli,
                         mem_median_mib=self.mem_median_mib, disk_median_mbps=self.disk_median_mbps,
                         net_median_mbps=self.net_median_mbps, node_disk_io_mbps=self.node_disk_io_mbps,
@@ -739,7 +791,8 @@ class EdgeProfile:
                                  self.burst_spread_s)
         life = _lifetimes(rng, n_pods, self.lifetime_median_s, self.lifetime_sigma)
         pods = _make_pods(self.name, nodes, cpu, mem, num_gpu, gpu_milli,
-                          np.zeros(n_pods, dtype=np.int64), qos, creation, life, disk, net)
+                          np.zeros(n_pods, dtype=np.int64), qos, creation, life, disk, net, seed,
+                          self.pods_per_app)
         return nodes, pods
 
 
@@ -786,10 +839,13 @@ def _spec_text(mask: int, models: tuple[str, ...]) -> str:
 def write_csvs(nodes: NodeTable, pods: PodTable, directory: str | Path,
                prefix: str) -> tuple[Path, Path]:
     """Write ``<prefix>_nodes.csv`` and ``<prefix>_pods.csv`` under ``directory`` (created if
-    needed) in the openb schema plus ``disk_io_mbps``/``net_mbps``; returns both paths.
+    needed) in the openb schema plus ``disk_io_mbps``/``net_mbps`` and the pods' ``app``
+    (its code; empty when unknown), ``cpu_limit_milli`` and ``memory_limit_mib`` (empty when
+    unknown); returns both paths.
 
     ``load_nodes(nodes_path)`` and ``load_pods(pods_path, that_nodes)`` give back equal
-    tables for any tables the loader itself could have produced.
+    tables for any tables the loader itself could have produced (application codes
+    numbered in order of first appearance, as the generators and the loader number them).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -811,5 +867,6 @@ def write_csvs(nodes: NodeTable, pods: PodTable, directory: str | Path,
                         int(pods.gpu_milli[i]), _spec_text(int(pods.spec_mask[i]), nodes.models),
                         QOS_CLASSES[int(pods.qos[i])], _fmt_float(pods.creation[i]),
                         _fmt_float(pods.deletion[i]), _fmt_float(pods.disk_io[i]),
-                        _fmt_float(pods.net[i])])
+                        _fmt_float(pods.net[i]), int(pods.app[i]) if pods.app[i] >= 0 else "",
+                        int(pods.cpu_limit[i]) or "", int(pods.mem_limit[i]) or ""])
     return nodes_path, pods_path

@@ -9,7 +9,21 @@ Schema (Alibaba cluster-trace-gpu-v2023, see ``common/data/openb/SOURCE.md``):
 - pods: ``name,cpu_milli,memory_mib,num_gpu,gpu_milli`` required; ``gpu_spec``
   (acceptable models separated by ``|``), ``qos``, ``creation_time``,
   ``deletion_time`` (seconds, may be empty), ``disk_io_mbps``, ``net_mbps`` optional.
+  Also optional, what a real cluster knows about a pod: ``app`` (or ``owner``; the
+  application / owning controller, any text, numbered in order of first appearance into
+  ``PodTable.app``; an empty cell is an unknown owner, -1), ``cpu_limit_milli`` and
+  ``memory_limit_mib`` (empty or 0: unknown; a limit below the request is an error).
   Other columns (``pod_phase``, ``scheduled_time``, ...) are ignored.
+
+**Invented application ids.** openb has no owner column (its pod names are
+``openb-pod-NNNN``, with no controller prefix), yet the replay usage model gives pods of one
+application a shared usage level. When a pods file has neither ``app`` nor ``owner``,
+:func:`infer_apps` invents one, deterministically (no randomness, same on every machine):
+pods with an identical request shape (CPU, memory, GPU count, GPU share, ``gpu_spec``, QoS)
+belong to one application while they keep arriving within ``APP_GAP_S`` (1 hour) of the
+previous pod of that shape; a longer gap starts a new application (a Deployment scaled out,
+a batch of identical job pods). Pods without a creation time group by shape alone. On
+openb ``default`` this gives 3,255 applications for 8,152 pods (162 shapes).
 
 Any error raises :class:`TraceError` naming the file, the 1-based line and the column;
 a loader either returns a complete table or raises, never a partial one.
@@ -18,6 +32,7 @@ a loader either returns a complete table or raises, never a partial one.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import math
 from collections.abc import Iterator
@@ -30,6 +45,7 @@ from fedsched.common.model.cluster import MAX_GPUS_PER_NODE, MILLI_PER_GPU, QOS_
 
 DEFAULT_DISK_IO_MBPS = 1000.0
 DEFAULT_NET_MBPS = 10000.0
+APP_GAP_S = 3600.0  # infer_apps: a longer gap between pods of one shape starts a new application
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -240,12 +256,58 @@ def load_pods(path: str | Path, nodes: NodeTable, *, allow_oversized: bool = Fal
                          column="deletion_time")
     disk = cols.number("disk_io_mbps", integer=False, optional=True, default=0.0)
     net = cols.number("net_mbps", integer=False, optional=True, default=0.0)
+    cpu_limit = cols.number("cpu_limit_milli", integer=True, optional=True, default=0)
+    mem_limit = cols.number("memory_limit_mib", integer=True, optional=True, default=0)
+    for col, lim, req in (("cpu_limit_milli", cpu_limit, cpu), ("memory_limit_mib", mem_limit, mem)):
+        for k in np.flatnonzero((lim > 0) & (lim < req)):
+            raise TraceError(path, f"limit {lim[k]} below the request {req[k]}", line=lines[int(k)],
+                             column=col)
+    owner_col = "app" if cols.has("app") else "owner" if cols.has("owner") else None
     pods = PodTable(names=tuple(names), cpu=cpu, mem=mem, num_gpu=num_gpu, gpu_milli=gpu_milli,
                     spec_mask=spec_mask, qos=qos, creation=creation, deletion=deletion,
-                    disk_io=disk, net=net)
+                    disk_io=disk, net=net, cpu_limit=cpu_limit, mem_limit=mem_limit)
+    app = _app_codes(cols.text(owner_col)) if owner_col else infer_apps(pods)
+    pods = dataclasses.replace(pods, app=app)
     if not allow_oversized:
         _check_fits_some_node(path, pods, nodes, lines)
     return pods
+
+
+def _app_codes(owners: list[str]) -> np.ndarray:
+    """Owner texts numbered 0, 1, ... in order of first appearance; empty text is -1."""
+    lookup: dict[str, int] = {}
+    return np.array([-1 if not o else lookup.setdefault(o, len(lookup)) for o in owners], dtype=np.int64)
+
+
+def infer_apps(pods: PodTable, gap_s: float = APP_GAP_S) -> np.ndarray:
+    """Invented application codes for a trace without owners (module docstring).
+
+    Pods with an identical request shape (CPU, memory, GPUs, GPU share, ``gpu_spec``, QoS)
+    are one application while each arrives within ``gap_s`` of the previous pod of that
+    shape (by creation time; pods without one group by shape alone). Codes are numbered in
+    order of first appearance in the file; deterministic.
+    """
+    n = len(pods)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = np.stack([pods.cpu, pods.mem, pods.num_gpu, pods.gpu_milli, pods.spec_mask, pods.qos], axis=1)
+    _, shape = np.unique(keys, axis=0, return_inverse=True)
+    shape = shape.ravel()
+    t = pods.creation.astype(np.float64)
+    timed = ~np.isnan(t)
+    order = np.lexsort((np.arange(n), np.where(timed, t, -np.inf), shape))  # by shape, then time
+    s_o, t_o = shape[order], t[order]
+    new = np.ones(n, dtype=bool)
+    same = s_o[1:] == s_o[:-1]
+    both = timed[order][1:] & timed[order][:-1]
+    new[1:] = ~same | (both & (t_o[1:] - t_o[:-1] > gap_s)) | (timed[order][1:] != timed[order][:-1])
+    raw = np.empty(n, dtype=np.int64)
+    raw[order] = np.cumsum(new) - 1
+    # renumber in order of first appearance in the file
+    _, first = np.unique(raw, return_index=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[raw]
 
 
 def _check_fits_some_node(path: str | Path, pods: PodTable, nodes: NodeTable, lines: list[int]) -> None:

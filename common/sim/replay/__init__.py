@@ -13,9 +13,12 @@ run's randomness is split into independent generators.
 replayed, their arrival times and durations (time compression, jitter, the
 ``target_load`` solve of ``duration_scale``, the horizon).
 
-``usage``: the usage model, real CPU and memory use of each running pod by QoS class
-(:data:`QOS_USAGE_RATIO`, :data:`GUARANTEED`, ``INNOVATION_TABLE_MIN``), OOM kills and
-overload transitions at each usage tick; ``UsageMixin``, a base class of the simulator.
+``usage``: the usage model, real CPU and memory use of each running pod (a level shared by
+the pods of one application, calibrated by QoS class against published production
+statistics, :func:`usage_targets`; a daily cycle per class; minute-scale noise; limits and
+the best-effort idle-capacity cap; :data:`BEST_EFFORT`, :data:`GUARANTEED`,
+``INNOVATION_TABLE_MIN``), OOM kills and overload transitions at each usage tick;
+``UsageMixin``, a base class of the simulator.
 
 ``churn``: node failures and repairs and the autoscaler (spare pool, scale-up,
 scale-down); ``ChurnMixin``, a base class of the simulator.
@@ -23,7 +26,11 @@ scale-down); ``ChurnMixin``, a base class of the simulator.
 ``simulator``: :class:`ReplaySimulator`, the event loop (pending queue with backoff,
 start-up latency, departures, per-tick metrics) with its stepping API
 (``next_pod`` / ``bind`` / ``finish``), :class:`NodeStats` (per-node side information),
-:class:`ReplayResult` and :func:`run_replay` (one run of a scheduler).
+:class:`ReplayResult` and :func:`run_replay` (one run of a scheduler); its read-only
+``expected_use`` / ``expected_node_use`` expose the hidden usage levels.
+
+``oracle``: a reference point that cheats: it reads those hidden levels (what no real
+scheduler knows) to show how much room a learned policy has; never a baseline.
 
 Inside the sub-package ``config`` comes first, ``workload``, ``usage`` and ``churn`` use
 it, and ``simulator`` uses them all. May import: ``fedsched.common.model``,
@@ -51,10 +58,11 @@ from fedsched.common.sim.replay.config import (
     ReplayConfig,
 )
 from fedsched.common.sim.replay.simulator import NodeStats, ReplayResult, ReplaySimulator, run_replay
-from fedsched.common.sim.replay.usage import GUARANTEED, INNOVATION_TABLE_MIN, QOS_USAGE_RATIO
+from fedsched.common.sim.replay.usage import BEST_EFFORT, GUARANTEED, INNOVATION_TABLE_MIN, usage_targets
 from fedsched.common.sim.replay.workload import ReplayWorkload, replay_workload
 
 __all__ = [
+    "BEST_EFFORT",
     "COMPLETED",
     "EV_ATTEMPT",
     "EV_BOOT",
@@ -72,7 +80,6 @@ __all__ = [
     "NODE_UP",
     "NOT_ARRIVED",
     "PENDING",
-    "QOS_USAGE_RATIO",
     "RUNNING",
     "NodeStats",
     "ReplayConfig",
@@ -81,4 +88,5 @@ __all__ = [
     "ReplayWorkload",
     "replay_workload",
     "run_replay",
+    "usage_targets",
 ]

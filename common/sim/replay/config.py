@@ -66,23 +66,39 @@ class ReplayConfig:
     """an OOM-killed pod is retried after this (crash-loop backoff) ..."""
     oom_restart_max_s: float = 300.0
     """... doubling per kill of the same pod up to this"""
-    # --- usage model ---
+    # --- usage model (see usage.py for the model, its calibration and the cited figures) ---
     usage_tick_s: float = 10.0
     """interval of usage updates, overload/OOM checks and autoscaler"""
-    usage_pod_sigma: float = 0.25
-    """sigma of the per-pod lognormal usage factor (mean 1)"""
-    usage_amp_cpu: float = 0.30
-    """relative amplitude of the per-pod CPU sinusoid"""
-    usage_amp_mem: float = 0.10
-    """relative amplitude of the per-pod memory sinusoid"""
-    usage_period_s: float = 3600.0
-    """mean period of the sinusoid (per pod x U(0.5, 1.5))"""
+    usage_cpu_median: tuple[float, float, float, float] = (0.31, 0.31, 0.31, 0.31)
+    """median over pods of mean CPU use / request by QoS (BE, Burstable, LS, Guaranteed); Datadog fit"""
+    usage_cpu_sigma: float = 1.25
+    """log-sd over pods of mean CPU use / request (application and pod parts together); Datadog fit"""
+    usage_mem_median: tuple[float, float, float, float] = (0.34, 0.34, 0.34, 0.34)
+    """median over pods of mean memory use / request by QoS, before limits; Datadog fit"""
+    usage_mem_sigma: float = 1.0
+    """log-sd over pods of mean memory use / request (application and pod parts together); Datadog fit"""
+    usage_pod_sigma: float = 0.35
+    """log-sd of a pod's usage level around its application's (the rest of the sigma is the application's)"""
+    usage_cpu_mem_corr: float = 0.5
+    """correlation of the CPU and memory log usage levels (application and pod parts alike)"""
+    usage_limit_ratio: tuple[float, float, float, float] = (2.0, 2.0, 2.0, 1.0)
+    """limit / request by QoS (BE, Burstable, LS, Guaranteed) where the trace gives no limit"""
+    usage_be_idle_cap: bool = True
+    """best-effort CPU use is also capped at its node's CPU left idle by the other pods"""
+    usage_amp_cpu: tuple[float, float, float, float] = (0.20, 0.30, 0.40, 0.30)
+    """relative amplitude of the daily CPU cycle by QoS (one cluster-wide cycle per class)"""
+    usage_amp_mem: tuple[float, float, float, float] = (0.05, 0.05, 0.05, 0.05)
+    """relative amplitude of the daily memory cycle by QoS (same phase as the CPU cycle)"""
+    usage_peak_hour: tuple[float, float, float, float] = (2.0, 14.0, 14.0, 14.0)
+    """hour of the daily peak by QoS, trace hours from the start of the run (BE peaks at night)"""
+    usage_period_s: float = 86400.0
+    """period of the daily cycle in trace seconds (sim period = this / time_compression)"""
     usage_noise_cpu: float = 0.15
     """stationary std of the CPU AR(1) noise (relative)"""
     usage_noise_mem: float = 0.05
     """stationary std of the memory AR(1) noise (relative)"""
     usage_noise_tau_s: float = 60.0
-    """correlation time of the AR(1) noise"""
+    """correlation time of the AR(1) noise (sim seconds; minutes-scale flicker)"""
     overload_threshold: float = 0.85
     """real CPU use / capacity above which a node is overloaded"""
     trend_alpha: float = 0.3
@@ -123,13 +139,24 @@ class ReplayConfig:
             if not getattr(self, k) > 0:
                 raise ValueError(f"ReplayConfig.{k} must be positive, got {getattr(self, k)}")
         nonneg = ("arrival_jitter_s", "duration_jitter", "startup_mean_s", "max_wait_s",
-                  "usage_pod_sigma", "usage_amp_cpu", "usage_amp_mem", "usage_noise_cpu",
+                  "usage_pod_sigma", "usage_cpu_sigma", "usage_mem_sigma", "usage_noise_cpu",
                   "usage_noise_mem", "failure_rate_per_node_hour", "scale_up_after_s",
                   "node_boot_s", "scale_down_idle_s", "oom_restart_s", "oom_restart_max_s", "sla_s")
         for k in nonneg:
             v = getattr(self, k)
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"ReplayConfig.{k} must be finite and >= 0, got {v}")
+        for k, lo in (("usage_cpu_median", 0.0), ("usage_mem_median", 0.0), ("usage_limit_ratio", 1.0),
+                      ("usage_amp_cpu", 0.0), ("usage_amp_mem", 0.0), ("usage_peak_hour", -math.inf)):
+            v = getattr(self, k)
+            vals = v if isinstance(v, tuple | list) else (v,)
+            if len(vals) not in (1, 4) or not all(isinstance(x, int | float) and x >= lo and (
+                    math.isfinite(x) or k == "usage_limit_ratio") for x in vals):
+                raise ValueError(f"ReplayConfig.{k} must be one value or four (BE, Burstable, LS, "
+                                 f"Guaranteed), each >= {lo:g}, got {v}")
+        if not -1 <= self.usage_cpu_mem_corr <= 1:
+            raise ValueError(f"ReplayConfig.usage_cpu_mem_corr must be in [-1, 1], "
+                             f"got {self.usage_cpu_mem_corr}")
         if not 0 <= self.start_quantile < 1:
             raise ValueError(f"ReplayConfig.start_quantile must be in [0, 1), got {self.start_quantile}")
         if self.target_load is not None and not self.target_load > 0:

@@ -35,7 +35,7 @@ def assert_nodes_equal(a: NodeTable, b: NodeTable) -> None:
 def assert_pods_equal(a: PodTable, b: PodTable) -> None:
     assert a.names == b.names
     for f in ("cpu", "mem", "num_gpu", "gpu_milli", "spec_mask", "qos", "creation", "deletion",
-              "disk_io", "net"):
+              "disk_io", "net", "app", "cpu_limit", "mem_limit"):
         x, y = getattr(a, f), getattr(b, f)
         assert x.dtype == y.dtype, f
         np.testing.assert_array_equal(x, y, err_msg=f)  # NaN == NaN here
@@ -142,7 +142,7 @@ def test_csv_round_trip(tmp_path, name: str, seed: int) -> None:
     assert pods_path == tmp_path / "sub" / f"{name}{seed}_pods.csv"
     header = pods_path.read_text().splitlines()[0]
     assert header == ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,creation_time,"
-                      "deletion_time,disk_io_mbps,net_mbps")
+                      "deletion_time,disk_io_mbps,net_mbps,app,cpu_limit_milli,memory_limit_mib")
     assert nodes_path.read_text().splitlines()[0] == "sn,cpu_milli,memory_mib,gpu,model,disk_io_mbps,net_mbps"
     loaded_nodes = load_nodes(nodes_path)
     assert_nodes_equal(nodes, loaded_nodes)
@@ -300,3 +300,34 @@ def test_edge_arrivals_are_bursty_and_gpu_poisson() -> None:
     assert _cv(edge.creation) > 1.5
     _, smooth = generate_cluster("edge", seed=1, n_nodes=10, n_pods=3000, burst_fraction=0.0)
     assert 0.85 < _cv(smooth.creation) < 1.15
+
+
+# ---- applications ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_replicas_of_an_application_share_shape_and_qos(clusters, name: str) -> None:
+    _, pods = clusters[name]
+    assert (pods.app >= 0).all()
+    first = np.unique(pods.app, return_index=True)[1]
+    assert (np.diff(first) > 0).all() and pods.app[0] == 0  # numbered in order of first appearance
+    n_apps = int(pods.app.max()) + 1
+    assert n_apps == pytest.approx(len(pods) / PROFILES[name].pods_per_app, rel=0.3)
+    for col in ("cpu", "mem", "num_gpu", "gpu_milli", "spec_mask", "qos", "disk_io", "net"):
+        x = getattr(pods, col)
+        np.testing.assert_array_equal(x, x[first][pods.app], err_msg=col)
+    sizes = np.bincount(pods.app)
+    assert sizes.max() > 4 * sizes.mean()  # heavy-tailed application sizes
+
+
+def test_applications_leave_the_per_pod_draws_alone() -> None:
+    # pods_per_app=1: every pod its own application; times and nodes equal either way
+    n1, solo = generate_cluster("web", seed=4, n_nodes=10, n_pods=300, pods_per_app=1.0)
+    n2, grouped = generate_cluster("web", seed=4, n_nodes=10, n_pods=300)
+    np.testing.assert_array_equal(solo.app, np.arange(300))
+    assert_nodes_equal(n1, n2)
+    np.testing.assert_array_equal(solo.creation, grouped.creation)
+    np.testing.assert_array_equal(solo.deletion, grouped.deletion)
+    # every replica carries a request some pod of the per-pod draw had
+    assert set(grouped.cpu.tolist()) <= set(solo.cpu.tolist())
+    with pytest.raises(ValueError, match="pods_per_app"):
+        WebProfile(pods_per_app=0.5)

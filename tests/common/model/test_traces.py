@@ -17,6 +17,7 @@ from fedsched.common.model.traces import (
     DEFAULT_NET_MBPS,
     TraceError,
     builtin_trace,
+    infer_apps,
     load_nodes,
     load_pods,
 )
@@ -395,3 +396,59 @@ def test_random_tables_round_trip(tables) -> None:
     spec = [sum(1 << nodes.models.index(m) for m in r["spec"].split("|") if m in nodes.models)
             for r in pod_rows]
     np.testing.assert_array_equal(pods.spec_mask, spec)
+
+
+# ---- applications and limits -------------------------------------------------------------
+
+def test_app_owner_and_limit_columns(tmp_path, nodes) -> None:
+    p = write(tmp_path / "p.csv", POD_HEADER + ",app,cpu_limit_milli,memory_limit_mib",
+              ["p0,1000,1024,0,0,,LS,0,,web,2000,",
+               "p1,1000,1024,0,0,,LS,5,,web,,2048",
+               "p2,500,512,0,0,,BE,9,,batch,0,0",
+               "p3,500,512,0,0,,BE,9,,,,"])
+    pods = load_pods(p, nodes)
+    np.testing.assert_array_equal(pods.app, [0, 0, 1, -1])  # first-appearance codes; empty: unknown
+    np.testing.assert_array_equal(pods.cpu_limit, [2000, 0, 0, 0])
+    np.testing.assert_array_equal(pods.mem_limit, [0, 2048, 0, 0])
+    q = write(tmp_path / "q.csv", POD_HEADER + ",owner",
+              ["a,100,100,0,0,,,,,job-7", "b,100,100,0,0,,,,,job-7"])
+    np.testing.assert_array_equal(load_pods(q, nodes).app, [0, 0])  # 'owner' is an alias
+
+
+def test_limit_below_request_is_an_error(tmp_path, nodes) -> None:
+    p = write(tmp_path / "p.csv", POD_HEADER + ",cpu_limit_milli", ["p0,1000,1024,0,0,,,,,500"])
+    expect_error(lambda: load_pods(p, nodes), p, line=2, column="cpu_limit_milli",
+                 match="limit 500 below the request 1000")
+
+
+def test_old_csvs_load_with_invented_apps(tmp_path, nodes) -> None:
+    # No app/owner column: identical shapes arriving within an hour of each other are one
+    # application; a longer gap, another shape or QoS starts a new one.
+    p = write(tmp_path / "p.csv", POD_HEADER, [
+        "a,1000,1024,0,0,,LS,0,", "b,1000,1024,0,0,,LS,1800,", "c,1000,1024,0,0,,LS,3000,",
+        "d,1000,1024,0,0,,LS,9000,",  # 6000 s after c: new application
+        "e,1000,1024,0,0,,BE,100,",  # another QoS
+        "f,2000,1024,0,0,,LS,100,",  # another shape
+        "g,1000,1024,0,0,,LS,,", "h,1000,1024,0,0,,LS,,"])  # no times: by shape alone
+    pods = load_pods(p, nodes)
+    np.testing.assert_array_equal(pods.app, [0, 0, 0, 1, 2, 3, 4, 4])
+    assert (pods.cpu_limit == 0).all() and (pods.mem_limit == 0).all()
+
+
+def test_openb_app_ids_are_deterministic(openb_nodes) -> None:
+    path = builtin_trace("openb_pod_list_default.csv")
+    a, b = load_pods(path, openb_nodes), load_pods(path, openb_nodes)
+    np.testing.assert_array_equal(a.app, b.app)
+    np.testing.assert_array_equal(infer_apps(a), a.app)
+    assert int(a.app.max()) + 1 == 3255 and a.app.min() == 0  # 8,152 pods, 162 shapes
+    # codes in order of first appearance; every application has one shape and QoS
+    first = np.unique(a.app, return_index=True)[1]
+    assert (np.diff(first) > 0).all()
+    for k in range(0, 3255, 97):
+        sel = a.app == k
+        for col in (a.cpu, a.mem, a.num_gpu, a.gpu_milli, a.qos):
+            assert len(np.unique(col[sel])) == 1
+    # files without times group by shape alone
+    m = load_pods(builtin_trace("openb_pod_list_multigpu20.csv"), openb_nodes)
+    keys = np.stack([m.cpu, m.mem, m.num_gpu, m.gpu_milli], axis=1)
+    assert int(m.app.max()) + 1 == len(np.unique(keys, axis=0))

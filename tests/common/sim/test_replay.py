@@ -17,7 +17,6 @@ from fedsched.common.sim.replay import (
     FAILED,
     NODE_FAILED,
     PENDING,
-    QOS_USAGE_RATIO,
     RUNNING,
     ReplayConfig,
     ReplaySimulator,
@@ -27,8 +26,15 @@ from fedsched.common.sim.replay import (
 
 NAN = math.nan
 
-# A deterministic usage model: real use = request x QoS ratio exactly.
-QUIET = dict(usage_pod_sigma=0.0, usage_amp_cpu=0.0, usage_amp_mem=0.0, usage_noise_cpu=0.0,
+# A deterministic usage model: real use = request x a fixed ratio per QoS class (BE, Burstable,
+# LS, Guaranteed), no limit but Guaranteed's (limit == request). The ratios are pinned to the
+# pre-calibration table so these mechanism tests keep their hand-computed numbers.
+QOS_USAGE_RATIO = ((1.60, 1.30), (1.10, 0.95), (0.70, 0.85), (0.95, 0.97))
+QUIET = dict(usage_pod_sigma=0.0, usage_cpu_sigma=0.0, usage_mem_sigma=0.0,
+             usage_cpu_median=tuple(r[0] for r in QOS_USAGE_RATIO),
+             usage_mem_median=tuple(r[1] for r in QOS_USAGE_RATIO),
+             usage_limit_ratio=(math.inf, math.inf, math.inf, 1.0),
+             usage_amp_cpu=0.0, usage_amp_mem=0.0, usage_noise_cpu=0.0,
              usage_noise_mem=0.0, arrival_jitter_s=0.0, duration_jitter=0.0, startup_mean_s=0.0,
              failure_rate_per_node_hour=0.0)
 
@@ -114,7 +120,7 @@ def test_conservation_and_no_overallocation(args):
     cfg = ReplayConfig(usage_tick_s=2.0, max_wait_s=40.0, failure_rate_per_node_hour=200.0,
                        repair_mean_s=20.0, autoscale=autoscale, spare_fraction=0.3 if autoscale else 0.0,
                        scale_up_after_s=4.0, node_boot_s=3.0, scale_down_idle_s=10.0, horizon_s=horizon,
-                       usage_noise_mem=0.3, usage_amp_mem=0.3)
+                       usage_noise_mem=0.3, usage_amp_mem=0.3, usage_period_s=600.0)
     sim = ReplaySimulator(nodes, pods, config=cfg, seed=seed)
     res = drive(sim, sched, check=True)
     sim.check_invariants()
@@ -488,26 +494,6 @@ def test_usage_noise_is_a_stationary_ar1_around_the_qos_mean():
     assert abs(eps.mean()) < 0.04
     assert eps.std() == pytest.approx(0.2, rel=0.1)
     assert np.corrcoef(eps[:-1], eps[1:])[0, 1] == pytest.approx(rho, abs=0.05)
-
-
-def test_usage_mean_ratio_by_qos():
-    # Many pods of each class, with all the default variation: the mean real use / request
-    # over ticks is close to the class ratio of the table.
-    n = 200
-    nodes = make_nodes(cpu=[10**7], mem=[10**8])
-    for q, (r_cpu, r_mem) in enumerate(QOS_USAGE_RATIO):
-        pods = make_pods(cpu=[1000] * n, mem=[1000] * n, qos=[q] * n, creation=[0] * n, deletion=[NAN] * n)
-        cfg = ReplayConfig(arrival_jitter_s=0.0, startup_mean_s=0.0, failure_rate_per_node_hour=0.0,
-                           horizon_s=7200.0)
-        sim = ReplaySimulator(nodes, pods, config=cfg, seed=q)
-        res = drive(sim)
-        cpu_ratio = res.series["util_mean"].mean() * 10**5 / (1000 * n)
-        if q == 3:  # Guaranteed: capped at the request, which pulls the mean below 0.95
-            assert 0.75 < cpu_ratio < r_cpu
-            assert res.series["util_mean"].max() * 10**5 <= 1000 * n + 1e-6
-        else:
-            assert cpu_ratio == pytest.approx(r_cpu, rel=0.08)
-        assert sim.state.mem_used[0] / (1000 * n) == pytest.approx(r_mem, rel=0.1)
 
 
 def test_skipping_hopeless_retries_changes_nothing():

@@ -24,10 +24,16 @@ def web():
     return generate_cluster("web", seed=3, n_nodes=20, n_pods=4000)
 
 
+# A hot usage scenario: the calibrated default (median use 0.31 of the request) leaves a
+# 60%-requested web cluster at ~33% real CPU, where no node gets hot whatever the placement;
+# a median of 0.5 of the request (both resources) makes the placement matter.
+HOT = dict(usage_cpu_median=(0.5,) * 4, usage_mem_median=(0.5,) * 4)
+
+
 def _run(web, name: str, seed: int = 1, **cfg) -> dict[str, float]:
     nodes, pods = web
-    return run_replay(nodes, pods, make_scheduler(name), config=ReplayConfig(target_load=0.6, **cfg),
-                      seed=seed).metrics
+    return run_replay(nodes, pods, make_scheduler(name),
+                      config=ReplayConfig(target_load=0.6, **{**HOT, **cfg}), seed=seed).metrics
 
 
 def test_every_result_carries_the_online_metrics_and_the_offered_load(web) -> None:
@@ -41,8 +47,9 @@ def test_preferring_hot_nodes_loses_on_every_headline_metric(web) -> None:
     kube, hot = _run(web, "kube-default"), _run(web, "prefer-hot")
     for k in HEADLINE:
         assert hot[k] > kube[k] * 1.5 + 1e-9, (k, hot[k], kube[k])
-    # ... while the legacy crossing counter would have called it the better scheduler
-    assert hot["overload_events"] < 0.6 * kube["overload_events"]
+    # (Under the uncalibrated usage model the legacy crossing counter called prefer-hot the
+    # better scheduler, 0.42-0.50x kube-default's count; with a shared application level and
+    # class-wide daily cycles it no longer does, so that comparison is not asserted.)
 
 
 def test_metrics_barely_move_between_5s_and_30s_ticks(web) -> None:
