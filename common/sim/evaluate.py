@@ -8,6 +8,10 @@ uses the whole list for both, which is the published FGD protocol.
 
 Runs are independent (one policy, one seed) and fan out over worker processes; the same
 seeds give the same numbers whatever the worker count.
+
+Policies are what :func:`fedsched.common.schedulers.make_scheduler` builds, plus, in replay
+mode only, the reference ``oracle`` (:mod:`fedsched.common.sim.replay.oracle`: it reads the
+simulator's hidden usage parameters, so it is no baseline; see :func:`make_policy`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.metrics import HIGHER_IS_BETTER, LEGACY_COUNTERS, METRICS, mean_ci95
 from fedsched.common.model.traces import split_by_hash
-from fedsched.common.schedulers import SchedulerContext, make_scheduler
+from fedsched.common.schedulers import Scheduler, SchedulerContext, make_scheduler
 from fedsched.common.sim.packing import CURVE_X, run_packing
 
 
@@ -74,13 +78,26 @@ def single_threaded() -> None:
         sys.modules["torch"].set_num_threads(1)
 
 
+def make_policy(name: str, ctx: SchedulerContext, mode: str) -> Scheduler:
+    """``make_scheduler(name, ctx)``, or the replay oracle for ``"oracle"`` in replay mode (a
+    reference point that reads the simulator's hidden state; never a registered baseline)."""
+    from fedsched.common.sim.replay.oracle import ORACLE, Oracle
+
+    if name == ORACLE:
+        if mode != "replay":
+            raise ValueError("the oracle reads the replay simulator's hidden usage parameters: "
+                             "replay mode only")
+        return Oracle(ctx)
+    return make_scheduler(name, ctx)
+
+
 def run_one(spec: EvalSpec, policy: str, seed: int) -> RunOutput:
     """One policy on one seed; also the unit of work of the process pool."""
     single_threaded()
     train, work = _split(spec)
     typical = TypicalPods.from_pods(train)
     ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(seed + 1_000_003))
-    scheduler = make_scheduler(policy, ctx)
+    scheduler = make_policy(policy, ctx, spec.mode)
     if spec.mode == "packing":
         res = run_packing(spec.nodes, work, scheduler, target_load=spec.target_load, seed=seed,
                           typical=typical)
@@ -107,7 +124,7 @@ def evaluate(spec: EvalSpec, jobs: int | None = None,
     """
     train, _ = _split(spec)
     for p in spec.policies:  # fail fast on unknown names, before any worker starts
-        make_scheduler(p, SchedulerContext(train_pods=train))
+        make_policy(p, SchedulerContext(train_pods=train), spec.mode)
     tasks = [(spec, p, s) for p in spec.policies for s in spec.seeds]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     outputs: list[RunOutput] = []

@@ -39,11 +39,18 @@ decision (:meth:`ReplaySimulator.next_pod` returns it with the state) and applie
 decision with :meth:`ReplaySimulator.bind` (``Placement(-1)``: fits nowhere, backoff), so
 a Gymnasium environment can drive it one decision at a time; :func:`run_replay` loops it
 with a scheduler through :func:`fedsched.common.schedulers.place`.
+
+**Hidden usage** (read-only, for reference schedulers and tests, never for features):
+:meth:`ReplaySimulator.expected_use` gives a pod's true mean use from the usage model's
+parameters and :meth:`ReplaySimulator.expected_node_use` each node's true expected load (the
+sum over its bound pods); the oracle (``oracle``) reads them, and :func:`run_replay` hands the
+simulator to a scheduler that has an ``attach_simulator`` method.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -52,7 +59,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedsched.common.learning.features import Telemetry
-from fedsched.common.model.cluster import ClusterState, NodeTable, Pod, PodTable
+from fedsched.common.model.cluster import USE_MEASURED, ClusterState, NodeTable, Pod, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.load_metrics import LoadMetrics, LoadMetricsConfig, UsageWindow, oom_and_pending
 from fedsched.common.model.metrics import METRICS, FragTracker, latency_stats, snapshot_metrics, utilisation
@@ -73,7 +80,7 @@ from fedsched.common.sim.replay.config import (
     RUNNING,
     ReplayConfig,
 )
-from fedsched.common.sim.replay.usage import _CUR, UsageMixin
+from fedsched.common.sim.replay.usage import _BASE, _CUR, _MAX, UsageMixin
 from fedsched.common.sim.replay.workload import ReplayWorkload, replay_workload
 
 
@@ -125,7 +132,7 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         self._g_usage, self._g_start, self._g_fail = g_usage, g_start, g_fail
         self.workload = wl = replay_workload(pods, nodes, cfg, g_work)
         self.end = wl.end
-        self.state = ClusterState(nodes)
+        self.state = ClusterState(nodes, use_source=USE_MEASURED)  # the usage model measures every node
         n_nodes, n_pods = len(nodes), len(pods)
         self.node_stats = NodeStats(
             status=np.zeros(n_nodes, dtype=np.int8), n_pods=np.zeros(n_nodes, dtype=np.int64),
@@ -320,6 +327,45 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         if self._remaining[p] < math.inf:
             self._bound_finite += 1
         self._push(now + self._startup_delay(), EV_START, p, self._gen[p])
+
+    # ---- hidden usage parameters (read-only; for reference schedulers and tests) --------
+    def expected_use(self, rows: np.ndarray | list[int] | int) -> tuple[np.ndarray, np.ndarray]:
+        """The hidden mean real use of PodTable ``rows``: ``(cpu_milli, mem_mib)``, float64
+        arrays of ``len(rows)`` (a scalar row gives length-1 arrays).
+
+        Contract: the usage model's level of each pod (``usage``'s ``_pf[_BASE]`` and
+        ``_pf[_BASE + 1]``: the level its use varies around, before the cycle and the noise),
+        capped at the pod's limit (``_pf[_MAX]``, ``_pf[_MAX + 1]``; no cap where the model has
+        none), i.e. the pod's long-run mean use on an uncontended node up to the clipping of
+        the cycle and the noise at 0 and at the limit (and before any cap the model puts on a
+        best-effort pod's CPU by its node's idle capacity). Drawn for every row when the
+        simulator is built, independent of the scheduler and of whether the pod has arrived;
+        the same seed gives the same values. No real scheduler knows it (it sees requests and
+        past measurements only): this is for the oracle reference
+        (``fedsched.common.sim.replay.oracle``) and tests, never for a baseline or a learned
+        policy's features. The arrays are copies.
+        """
+        idx = np.atleast_1d(np.asarray(rows, dtype=np.int64))
+        pf = self._pf
+        cpu = np.minimum(pf[_BASE, idx], pf[_MAX, idx])
+        mem = np.minimum(pf[_BASE + 1, idx], pf[_MAX + 1, idx])
+        return cpu, mem
+
+    def expected_node_use(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, the sum of :meth:`expected_use` over the pods bound to it now (starting or
+        running; not the pod awaiting a decision): ``(cpu_milli, mem_mib)``, float64 arrays of
+        one entry per node (0 for an empty or dead node). The node's true current expected
+        load, which no measurement shows (a measurement sees noise and the cycle, and not the
+        pods still starting). Costs O(bound pods + nodes) per call."""
+        counts = [len(ps) for ps in self._node_pods]
+        total = sum(counts)
+        n = len(counts)
+        if total == 0:
+            return np.zeros(n), np.zeros(n)
+        rows = np.fromiter(itertools.chain.from_iterable(self._node_pods), dtype=np.int64, count=total)
+        node = np.repeat(np.arange(n), counts)
+        cpu, mem = self.expected_use(rows)
+        return np.bincount(node, weights=cpu, minlength=n), np.bincount(node, weights=mem, minlength=n)
 
     @property
     def latencies(self) -> list[float]:
@@ -520,8 +566,16 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
 def run_replay(nodes: NodeTable, pods: PodTable, scheduler: Scheduler, *, config: ReplayConfig | None = None,
                seed: int, typical: TypicalPods | None = None,
                progress: Callable[[int, int], None] | None = None) -> ReplayResult:
-    """One replay run of ``scheduler`` on ``nodes`` with the trace ``pods``."""
+    """One replay run of ``scheduler`` on ``nodes`` with the trace ``pods``.
+
+    A scheduler with an ``attach_simulator(sim)`` method (a reference point that reads the
+    simulator's hidden state, such as :class:`fedsched.common.sim.replay.oracle.Oracle`) is
+    handed the simulator before the first decision.
+    """
     sim = ReplaySimulator(nodes, pods, config=config, seed=seed, typical=typical, progress=progress)
+    attach = getattr(scheduler, "attach_simulator", None)
+    if attach is not None:
+        attach(sim)
     rng = sim.rng
     while (d := sim.next_pod()) is not None:
         pod, state = d
