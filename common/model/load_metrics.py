@@ -74,14 +74,15 @@ class UsageWindow:
 
     Each sample holds for its ``dt``; the oldest samples leave once the rest cover the
     window (whole samples: with ticks that do not divide the window the span is up to one
-    tick longer).
+    tick longer). ``shape`` is a sample's shape (e.g. ``(2, n)``: CPU and memory of every node,
+    one window for both); sums of squares are kept only ``with_std``.
     """
 
-    def __init__(self, n: int, window_s: float) -> None:
+    def __init__(self, shape: int | tuple[int, ...], window_s: float, with_std: bool = True) -> None:
         self.window_s = window_s
         self._samples: deque[tuple[float, np.ndarray]] = deque()
-        self._sum = np.zeros(n)
-        self._sq = np.zeros(n)
+        self._sum = np.zeros(shape)
+        self._sq = np.zeros(shape) if with_std else None
         self._span = 0.0
 
     def add(self, dt: float, values: np.ndarray) -> np.ndarray:
@@ -89,12 +90,14 @@ class UsageWindow:
         v = np.array(values, dtype=np.float64)
         self._samples.append((dt, v))
         self._sum += dt * v
-        self._sq += dt * v * v
+        if self._sq is not None:
+            self._sq += dt * v * v
         self._span += dt
         while len(self._samples) > 1 and self._span - self._samples[0][0] >= self.window_s - 1e-9:
             old_dt, old = self._samples.popleft()
             self._sum -= old_dt * old
-            self._sq -= old_dt * old * old
+            if self._sq is not None:
+                self._sq -= old_dt * old * old
             self._span -= old_dt
         return self.mean()
 
@@ -103,7 +106,9 @@ class UsageWindow:
         return self._sum / self._span if self._span > 0 else np.zeros_like(self._sum)
 
     def std(self) -> np.ndarray:
-        """Time-weighted population standard deviation over the window."""
+        """Time-weighted population standard deviation over the window (needs ``with_std``)."""
+        if self._sq is None:
+            raise ValueError("this UsageWindow keeps no sums of squares (with_std=False)")
         if self._span <= 0:
             return np.zeros_like(self._sum)
         m = self._sum / self._span
@@ -119,8 +124,7 @@ class LoadMetrics:
         n = len(state.nodes)
         self._cap_cpu = state.nodes.cpu.astype(np.float64)
         self._cap_mem = state.nodes.mem.astype(np.float64)
-        self._cpu = UsageWindow(n, cfg.window_s)
-        self._mem = UsageWindow(n, cfg.window_s)
+        self._use = UsageWindow((2, n), cfg.window_s, with_std=False)  # rows: CPU, memory
         self.time = 0.0
         self.hot_cpu = self.hot_mem = self.single = self.throttled = 0.0
         self.pod_time = self.contended_pod_time = 0.0
@@ -128,35 +132,48 @@ class LoadMetrics:
         self._frag_time = 0.0
 
     def tick(self, state: ClusterState, dt: float, cpu_demand: np.ndarray, pods_per_node: np.ndarray,
-             max_pod_cpu: np.ndarray, frag_total: float | None = None) -> None:
+             max_pod_cpu: np.ndarray, frag_total: float | None = None, use: np.ndarray | None = None) -> None:
         """One tick lasting ``dt``: ``state.cpu_used``/``mem_used`` real use (CPU clipped at
         capacity), ``cpu_demand`` unclipped CPU demand, ``pods_per_node`` running pods,
         ``max_pod_cpu`` the largest running pod's CPU use per node, ``frag_total`` FGD's
-        fragmented GPU milli over the alive nodes (None: no GPU fragmentation model)."""
+        fragmented GPU milli over the alive nodes (None: no GPU fragmentation model); ``use``
+        the caller's ``[cpu_used / cap, mem_used / cap]`` when it has it (computed otherwise)."""
         if dt <= 0:
             return
         alive = state.alive
         cap_cpu, cap_mem, thr = self._cap_cpu, self._cap_mem, self.cfg.threshold
-        cpu_win = self._cpu.add(dt, state.cpu_used / cap_cpu)
-        mem_win = self._mem.add(dt, state.mem_used / cap_mem)
-        hot = (cpu_win > thr) & alive
+        if use is None:
+            use = np.stack((state.cpu_used / cap_cpu, state.mem_used / cap_mem))
+        cpu_win, mem_win = self._use.add(dt, use)
+        every = bool(alive.all())  # the common case: no node down, no boolean indexing needed
+
+        def on_alive(a: np.ndarray) -> np.ndarray:
+            return a if every else a[alive]
+
+        hot = cpu_win > thr
+        if not every:
+            hot &= alive
         single = hot & (max_pod_cpu > thr * cap_cpu)
-        self.hot_cpu += dt * int(np.count_nonzero(hot & ~single))
-        self.single += dt * int(np.count_nonzero(single))
-        self.hot_mem += dt * int(np.count_nonzero((mem_win > thr) & alive))
-        self.throttled += dt * float(np.maximum(cpu_demand - cap_cpu, 0.0)[alive].sum()) / 1000.0
-        pods = pods_per_node.astype(np.float64)
-        self.pod_time += dt * float(pods[alive].sum())
-        self.contended_pod_time += dt * float(pods[hot].sum())
+        n_single = int(np.count_nonzero(single))
+        self.hot_cpu += dt * (int(np.count_nonzero(hot)) - n_single)
+        self.single += dt * n_single
+        self.hot_mem += dt * int(np.count_nonzero(on_alive(mem_win > thr)))
+        over = cpu_demand - cap_cpu
+        np.maximum(over, 0.0, out=over)
+        self.throttled += dt * float(on_alive(over).sum()) / 1000.0
+        self.pod_time += dt * float(on_alive(pods_per_node).sum())
+        self.contended_pod_time += dt * float(pods_per_node[hot].sum())
         self.time += dt
-        if alive.any():
+        if every or alive.any():
             f_cpu = (cap_cpu - state.cpu_req) / cap_cpu
             f_mem = (cap_mem - state.mem_req) / cap_mem
             usable = np.minimum(f_cpu, f_mem)
-            self.stranded_cpu += dt * 100.0 * float(((f_cpu - usable) * cap_cpu)[alive].sum()) / float(
-                cap_cpu[alive].sum())
-            self.stranded_mem += dt * 100.0 * float(((f_mem - usable) * cap_mem)[alive].sum()) / float(
-                cap_mem[alive].sum())
+            f_cpu -= usable
+            f_mem -= usable
+            self.stranded_cpu += dt * 100.0 * float(on_alive(f_cpu * cap_cpu).sum()) / float(
+                on_alive(cap_cpu).sum())
+            self.stranded_mem += dt * 100.0 * float(on_alive(f_mem * cap_mem).sum()) / float(
+                on_alive(cap_mem).sum())
         if frag_total is not None:
             gpu_cap = float(state.nodes.gpu[alive].sum()) * 1000.0
             gpu_idle = float(state.gpu_free[alive].sum())

@@ -151,8 +151,8 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         # the load-aware scorers read (state.telemetry.cpu_mean/std, mem_mean/std).
         self.load_metrics = LoadMetrics(self.state, LoadMetricsConfig(
             threshold=cfg.overload_threshold, window_s=cfg.hot_window_s, sla_s=cfg.sla_s))
-        self._stats_cpu = UsageWindow(n_nodes, cfg.stats_window_s)
-        self._stats_mem = UsageWindow(n_nodes, cfg.stats_window_s)
+        self._stats = UsageWindow((2, n_nodes), cfg.stats_window_s)  # rows: CPU, memory
+        self._use = np.zeros((2, n_nodes))  # this tick's real use / capacity (reused buffer)
         # GPU fragmentation kept per node; nodes whose allocation changed are recomputed at the tick.
         self._frag = FragTracker(self.state, typical)
         self._frag_dirty: set[int] = set()
@@ -500,11 +500,13 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         max_pod = np.zeros(n)
         np.maximum.at(max_pod, nodes, cpu)
         frag = self._frag.total if self._frag.model is not None else None
-        self.load_metrics.tick(s, dt, self._cpu_demand, pods, max_pod, frag)
+        use = self._use
+        np.divide(s.cpu_used, self._cap_cpu, out=use[0])
+        np.divide(s.mem_used, self._cap_mem, out=use[1])
+        self.load_metrics.tick(s, dt, self._cpu_demand, pods, max_pod, frag, use=use)
         tel = self._telemetry
-        tel.cpu_mean = self._stats_cpu.add(dt, s.cpu_used / self._cap_cpu)
-        tel.mem_mean = self._stats_mem.add(dt, s.mem_used / self._cap_mem)
-        tel.cpu_std, tel.mem_std = self._stats_cpu.std(), self._stats_mem.std()
+        tel.cpu_mean, tel.mem_mean = self._stats.add(dt, use)
+        tel.cpu_std, tel.mem_std = self._stats.std()
         if tel.metrics_age_s is None:
             tel.metrics_age_s = np.zeros(n)  # simulated telemetry is always fresh
 
