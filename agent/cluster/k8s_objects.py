@@ -11,11 +11,11 @@ Conventions (stated, because Kubernetes has no standard for shared GPUs):
   its containers, raised to the largest init container's request, plus ``spec.overhead``.
 - Whole GPUs: the extended resource ``nvidia.com/gpu`` (requests, else limits).
 - Shared GPUs follow the FGD artefact (hkust-adsl/kubernetes-scheduler-simulator) and the
-  openb trace: annotations ``alibabacloud.com/gpu-milli`` (per-GPU share, 1..1000) and
-  ``alibabacloud.com/gpu-count``; ``alibabacloud.com/gpu-card-model`` restricts the GPU
-  model (comma-separated). A node's GPU count comes from ``nvidia.com/gpu`` (or
-  ``alibabacloud.com/gpu-count``) in allocatable, its model from the label
-  ``nvidia.com/gpu.product`` (or ``alibabacloud.com/gpu-card-model``).
+  openb trace: annotations ``alibabacloud.com/gpu-milli`` (per-GPU share, 1..1000; 0 asks
+  for no share, as on a CPU-only pod) and ``alibabacloud.com/gpu-count``;
+  ``alibabacloud.com/gpu-card-model`` restricts the GPU model (comma-separated). A node's GPU
+  count comes from ``nvidia.com/gpu`` (or ``alibabacloud.com/gpu-count``) in allocatable, its
+  model from the label ``nvidia.com/gpu.product`` (or ``alibabacloud.com/gpu-card-model``).
 - QoS: the annotation ``fedsched.io/qos`` (BE, Burstable, LS, Guaranteed) when present,
   else ``status.qosClass``, else the class Kubernetes would compute from requests/limits.
 
@@ -200,9 +200,12 @@ def pod_from_json(pod: Any, models: tuple[str, ...] = (), index: int = -1) -> Po
     whole = req.get(GPU_RESOURCE, 0.0)
     if whole != int(whole):
         raise ObjectError(f"resources[{GPU_RESOURCE}]: {whole} is not a whole number of GPUs")
-    milli = _int_annotation(ann, GPU_MILLI_ANNOTATION, 1, MILLI_PER_GPU)
+    # gpu-milli "0" asks for no GPU share: manifests generated from the openb trace carry it on
+    # CPU-only pods (its gpu_milli column is 0 there), often with gpu-count "0"; whole GPUs then
+    # still come from nvidia.com/gpu.
+    milli = _int_annotation(ann, GPU_MILLI_ANNOTATION, 0, MILLI_PER_GPU)
     count = _int_annotation(ann, GPU_COUNT_ANNOTATION, 0, 64)
-    if milli is not None:
+    if milli:
         num_gpu, gpu_milli = (count if count is not None else 1), milli
         if num_gpu > 1 and milli < MILLI_PER_GPU:
             raise ObjectError(
