@@ -9,6 +9,9 @@ Schedulers (columns):
   ``koordinator-load-aware``; they are what users run today, and ``*`` marks the best of them;
 - ``prefer-hot`` (``REFERENCES``): piles pods onto busy nodes; a metric on which it does not
   lose to kube-default rewards the wrong thing;
+- the shipped learned policies (``learned``: batch packing, FGD-like; ``learned-td3``: the TD3
+  weight policy; ``learned-online``: the online policy of ``agent/learning/online.py``), judged
+  on clusters and workloads none of them was trained on;
 - ``oracle`` (``fedsched.common.sim.replay.oracle``): reads the simulator's hidden usage
   parameters (every pod's true mean use, every node's true expected load) and picks the
   feasible node with the least expected CPU use after placement plus half the use its free
@@ -60,7 +63,7 @@ from fedsched.common.model.traces import (
     slice_cluster,
     split_by_hash,
 )
-from fedsched.common.schedulers import BASELINES, SchedulerContext
+from fedsched.common.schedulers import BASELINES, LEARNED, LEARNED_ONLINE, LEARNED_TD3, SchedulerContext
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate, make_policy
 from fedsched.common.sim.replay import ReplayConfig, replay_workload
 from fedsched.common.sim.replay.oracle import ORACLE
@@ -68,7 +71,10 @@ from fedsched.common.sim.replay.oracle import ORACLE
 HEURISTICS = [
     "kube-default", "target-load-packing", "load-variation-risk-balancing", "koordinator-load-aware",
 ]
-POLICIES = [*HEURISTICS, "prefer-hot", ORACLE]
+# The shipped learned policies: the batch-packing one (FGD-like), the TD3 weight policy and the
+# online one (agent/learning/online.py); what each would do if served on these clusters.
+LEARNED_POLICIES = [LEARNED, LEARNED_TD3, LEARNED_ONLINE]
+POLICIES = [*HEURISTICS, "prefer-hot", ORACLE, *LEARNED_POLICIES]
 assert all(p in BASELINES for p in HEURISTICS)
 TEST_FRACTION = 0.3
 # Rows of the table: the online metrics, then pending and failures, then the legacy counters.

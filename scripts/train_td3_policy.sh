@@ -9,7 +9,8 @@ bash scripts/setup.sh
 . .venv/bin/activate
 out=${1:-runs/td3-replay}
 replay=(--mode replay --nodes builtin:openb_node_list_all_node.csv --replay-load 0.4 --time-compression 10
-        --start-quantile 0.01 --slice-nodes 200 --eval-nodes 300 --seed 1)
+        --start-quantile 0.01 --slice-nodes 200 --eval-nodes 300 --seed 1
+        --replay-allow-unreachable-load)
 fedsched train --algo bc --policy-kind weights --teacher kube-default "${replay[@]}" \
   --bc-samples 8000 --bc-epochs 6 --out "$out/bc"
 fedsched train --algo td3 --init "$out/bc/checkpoint.pt" "${replay[@]}" --lr 1e-4 \

@@ -9,6 +9,15 @@
   memory utilisation, disk I/O (MB/s) and network (Mbit/s); the counters advance at exactly
   those rates over wall time, so ``rate()`` in Prometheus gives back the set values. Dropping a
   node shuts its exporter down, as a dead node-exporter would be.
+- :class:`KubeletSim` serves what a kubelet's ``/metrics/cadvisor`` endpoint publishes per
+  container (``container_cpu_usage_seconds_total`` and ``container_memory_working_set_bytes``
+  with ``namespace``, ``pod``, ``container``, ``image`` labels) for the pods the test sets, each
+  container's CPU counter advancing at its set cores over wall time, and the series the
+  telemetry's per-pod queries must leave out: the pod-level cgroup (``container=""``,
+  ``image=""``, the sum of its containers again), the pod's sandbox (``container=""``, the pause
+  image), the node's root cgroup (no pod) and the kubelet's ``/metrics/resource``-style copy of
+  each container (no ``image`` label). Scraped with ``honor_labels`` like kube-prometheus'
+  kubelet ServiceMonitor.
 - :func:`running_prometheus` starts the real ``prometheus`` binary (Debian package) on a free
   loopback port with a temporary config (scrape and evaluation interval 1 s) and a recording
   rules file, waits for ``/-/ready`` and terminates it afterwards.
@@ -166,6 +175,120 @@ class SimulatedNode(Collector):
                                   "Memory information field MemAvailable_bytes.")
         avail.add_metric([], float(self.mem_total_bytes) * (1.0 - mem))
         yield avail
+
+
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+SANDBOX_CORES = 0.002  # what a pod's sandbox (pause) uses: must not count
+SANDBOX_BYTES = 1 << 20
+KUBELET_JOB = "kubelet"
+
+
+@dataclass
+class SimContainer:
+    cores: float  # CPU use, cores
+    mem_bytes: float  # working set, bytes
+    image: str = "registry.example/app:1"
+
+
+class SimulatedKubelet(Collector):
+    """cAdvisor's per-container series of one kubelet, following the set use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # (namespace, pod) -> container -> (container, CPU seconds at `since`, since)
+        self._pods: dict[tuple[str, str], dict[str, tuple[SimContainer, float, float]]] = {}
+        self._root_base = 5e6  # the node's root cgroup counter
+        self._t0 = time.time()
+
+    def set_pod(self, namespace: str, pod: str, containers: dict[str, SimContainer]) -> None:
+        """Create the pod or change its containers' use from now on (counters keep their totals)."""
+        now = time.time()
+        with self._lock:
+            old = self._pods.get((namespace, pod), {})
+            new = {}
+            for name, c in containers.items():
+                seconds = self._seconds(old[name], now) if name in old else 3600.0 * c.cores
+                new[name] = (c, seconds, now)
+            self._pods[(namespace, pod)] = new
+
+    def remove_pod(self, namespace: str, pod: str) -> None:
+        with self._lock:
+            self._pods.pop((namespace, pod), None)
+
+    @staticmethod
+    def _seconds(entry: tuple[SimContainer, float, float], now: float) -> float:
+        c, base, since = entry
+        return base + c.cores * (now - since)
+
+    def collect(self) -> Iterator[Metric]:
+        now = time.time()
+        labels = ["id", "name", "namespace", "pod", "container", "image"]
+        cpu = CounterMetricFamily("container_cpu_usage_seconds_total",
+                                  "Cumulative cpu time consumed in seconds.", labels=labels)
+        mem = GaugeMetricFamily("container_memory_working_set_bytes", "Current working set in bytes.",
+                                labels=labels)
+        with self._lock:
+            pods = {k: dict(v) for k, v in self._pods.items()}
+        root_cpu = self._root_base
+        root_mem = 2e9
+        for (ns, pod), containers in sorted(pods.items()):
+            cg = f"/kubepods/burstable/pod-{ns}-{pod}"
+            pod_cpu = SANDBOX_CORES * (3600.0 + now - self._t0)
+            pod_mem = float(SANDBOX_BYTES)
+            cpu.add_metric([f"{cg}/sandbox", "sandbox", ns, pod, "", PAUSE_IMAGE], pod_cpu)
+            mem.add_metric([f"{cg}/sandbox", "sandbox", ns, pod, "", PAUSE_IMAGE], float(SANDBOX_BYTES))
+            for name, entry in sorted(containers.items()):
+                c = entry[0]
+                seconds = self._seconds(entry, now)
+                cpu.add_metric([f"{cg}/{name}", name, ns, pod, name, c.image], seconds)
+                mem.add_metric([f"{cg}/{name}", name, ns, pod, name, c.image], c.mem_bytes)
+                # the kubelet's /metrics/resource copy: no id, name or image (empty = absent)
+                cpu.add_metric(["", "", ns, pod, name, ""], seconds)
+                mem.add_metric(["", "", ns, pod, name, ""], c.mem_bytes)
+                pod_cpu += seconds
+                pod_mem += c.mem_bytes
+            cpu.add_metric([cg, "", ns, pod, "", ""], pod_cpu)  # the pod's cgroup: its containers again
+            mem.add_metric([cg, "", ns, pod, "", ""], pod_mem)
+            root_cpu += pod_cpu
+            root_mem += pod_mem
+        cpu.add_metric(["/", "", "", "", "", ""], root_cpu)
+        mem.add_metric(["/", "", "", "", "", ""], root_mem)
+        yield cpu
+        yield mem
+
+
+class KubeletSim:
+    """One simulated kubelet's cAdvisor endpoint on loopback (an HTTP server of its own)."""
+
+    def __init__(self, node: str = "node-a") -> None:
+        self.node = node
+        self.kubelet = SimulatedKubelet()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self.kubelet)
+        self.server, self.thread = start_http_server(0, addr=HOST, registry=registry)
+
+    def set_pod(self, namespace: str, pod: str, **containers: SimContainer) -> None:
+        self.kubelet.set_pod(namespace, pod, containers)
+
+    def remove_pod(self, namespace: str, pod: str) -> None:
+        self.kubelet.remove_pod(namespace, pod)
+
+    def scrape_config(self, job: str = KUBELET_JOB) -> dict:
+        """The ``scrape_configs`` entry: the series keep their namespace/pod labels (honor_labels)."""
+        return {"job_name": job, "honor_labels": True, "metrics_path": "/metrics/cadvisor",
+                "static_configs": [{"targets": [f"{HOST}:{self.server.server_port}"],
+                                    "labels": {"node": self.node}}]}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+    def __enter__(self) -> KubeletSim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @dataclass

@@ -21,11 +21,26 @@ Sources that feed it:
   set ``state.cpu_used`` / ``state.mem_used`` (measured, per node and resource), and a
   :class:`~fedsched.common.learning.features.Telemetry` (usage trend, overload flag and
   history) computed as the replay simulator computes it, with the windowed statistics the
-  load-aware baselines read: ``cpu_mean`` / ``cpu_std`` / ``mem_mean`` / ``mem_std``
-  (Prometheus' ``avg_over_time`` / ``stddev_over_time`` of the ratios; NaN for a node without
-  them) and ``metrics_age_s`` (per node, the age of its newest sample at the last good refresh:
+  load-aware baselines and the policy features read: ``cpu_mean`` / ``cpu_std`` / ``mem_mean``
+  / ``mem_std`` / ``cpu_peak`` / ``mem_peak`` (Prometheus' ``avg_over_time`` /
+  ``stddev_over_time`` / ``max_over_time`` of the ratios; NaN for a node without them) and
+  ``metrics_age_s`` (per node, the age of its newest sample at the last good refresh:
   ``fetched_at - timestamp``; ``inf`` for a node Prometheus never had; None until the first
   good refresh). While Prometheus is down the ages are not refreshed.
+- Per-pod use (the snapshot's ``pods``, cAdvisor) through :meth:`apply_telemetry` as
+  ``Telemetry.app_usage``: for each application, the CPU use (milli-CPU) and memory working set
+  (MiB) summed over its bound pods that Prometheus measures (CPU and memory both known),
+  divided by the sums of their non-zero requests (``Pod.cpu_nonzero`` / ``mem_nonzero``), as
+  the replay simulator's ``app_usage`` does over its running pods; None for an application
+  without such pods. The table is rebuilt at every good refresh and swapped in whole (readers
+  need no lock); ``Telemetry.app_usage`` is None until the first good refresh (packing mode's
+  "no source"). A pod counted through :meth:`bind` is matched when the caller gives its ``ref``.
+
+Applications: every pod the cache reads (:meth:`pod`, the pods it counts and the pods the
+decider scores) gets ``Pod.app``, the int code of its owner (``agent/cluster/apps.py``: the
+Deployment of a ReplicaSet's pod, else the controller's kind and name, else the pod itself;
+namespaced), numbered in order of first sight and stable while the cache lives (codes of owners
+without pods are forgotten only once more than :data:`APP_CODES_KEPT` keys are held).
 
 Real use (``state.cpu_used`` / ``state.mem_used``) follows the one definition of
 :class:`~fedsched.common.model.cluster.ClusterState`: until telemetry measures a node (and for a
@@ -45,12 +60,13 @@ import calendar
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from pathlib import Path
 
 import numpy as np
 
+from fedsched.agent.cluster.apps import AppCodes, owner_key
 from fedsched.agent.cluster.k8s_objects import (
     NodeInfo,
     ObjectError,
@@ -66,6 +82,9 @@ from fedsched.common.sim.replay import ReplayConfig
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 EXCLUDE_LABEL = "fedsched.io/exclude"  # nodes labelled with it = "true" are not for the policy
+APP_CODES_KEPT = 4096  # application keys held before those without bound pods are forgotten
+MILLI_PER_CORE = 1000.0
+BYTES_PER_MIB = float(2**20)
 
 
 @dataclass
@@ -76,6 +95,7 @@ class BoundPod:
     gpus: tuple[int, ...]
     created: float  # unix seconds (metadata.creationTimestamp), NaN if unknown
     bound_at: float  # unix seconds when the cache first saw it bound
+    ref: tuple[str, str] | None = None  # (namespace, name) of the Pod object; None when bound by uid
 
 
 def created_time(obj: dict) -> float:
@@ -87,6 +107,12 @@ def created_time(obj: dict) -> float:
         return float(calendar.timegm(time.strptime(str(ts), "%Y-%m-%dT%H:%M:%SZ")))
     except ValueError:
         return math.nan
+
+
+def pod_ref(obj: dict) -> tuple[str, str] | None:
+    """(namespace, name) of a Pod object, the key of its per-pod telemetry; None without a name."""
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta["name"])) if meta.get("name") else None
 
 
 class ClusterCache:
@@ -112,6 +138,9 @@ class ClusterCache:
         self.on_bound: list = []  # callables(BoundPod) run when a pod is newly counted on a node
         self.queue_scheduler: str | None = None  # spec.schedulerName of the queued pods (None: any)
         self.queued: dict[str, None] = {}  # uids of unbound, not ended pods (Telemetry.queue_len)
+        self.apps = AppCodes()  # owner key -> Pod.app code
+        # Pod.app code -> (CPU use / request, memory use / request); swapped whole, never mutated.
+        self.app_table: dict[int, tuple[float, float]] = {}
         self._set_nodes(list(nodes or []))
 
     # ---- construction ---------------------------------------------------------------------
@@ -166,6 +195,9 @@ class ClusterCache:
             cpu_std=np.full(k, np.nan),
             mem_mean=np.full(k, np.nan),
             mem_std=np.full(k, np.nan),
+            cpu_peak=np.full(k, np.nan),
+            mem_peak=np.full(k, np.nan),
+            app_usage=self.app_usage if self.last_telemetry else None,
         )
         self.telemetry.queue_len = len(self.queued)
         self.state.telemetry = self.telemetry
@@ -173,7 +205,7 @@ class ClusterCache:
         self.pods = {}
         for b in old:
             if b.node in self.index:
-                self._account(b.uid, b.node, b.pod, b.created, b.bound_at, b.gpus, new=False)
+                self._account(b.uid, b.node, b.pod, b.created, b.bound_at, b.gpus, new=False, ref=b.ref)
         for uid, (obj, node) in list(self.waiting.items()):
             if node in self.index:
                 del self.waiting[uid]
@@ -194,7 +226,15 @@ class ClusterCache:
         return at[pos], pos
 
     def pod(self, obj: dict) -> Pod:
-        return pod_from_json(obj, self.table.models)
+        """The :class:`Pod` of a Pod object, with its application code (``Pod.app``)."""
+        pod = pod_from_json(obj, self.table.models)
+        app = self.apps.code(owner_key(obj))
+        return pod if pod.app == app else replace(pod, app=app)
+
+    def app_usage(self, app: int) -> tuple[float, float] | None:
+        """``Telemetry.app_usage``: (CPU use / request, memory use / request) of application
+        ``app``'s measured bound pods at the last good refresh; None when it has none."""
+        return self.app_table.get(app)
 
     # ---- Kubernetes sink ----------------------------------------------------------------------
     def replace_all(self, nodes: list[dict], pods: list[dict]) -> None:
@@ -269,8 +309,9 @@ class ClusterCache:
             except ObjectError:
                 self.rejected_objects += 1
                 return
+            ref = pod_ref(obj)
             known = self.pods.get(uid)
-            if known is not None and known.node == node and known.pod == pod:
+            if known is not None and known.node == node and known.pod == pod and known.ref == ref:
                 return
             if node not in self.index:
                 self.delete_pod(uid)
@@ -279,7 +320,8 @@ class ClusterCache:
             moved = known is None or known.node != node
             self.delete_pod(uid)
             self._account(
-                uid, node, pod, created_time(obj), time.time() if moved else known.bound_at, None, new=moved
+                uid, node, pod, created_time(obj), time.time() if moved else known.bound_at, None, new=moved,
+                ref=ref,
             )
 
     def delete_pod(self, uid: str) -> None:
@@ -294,10 +336,18 @@ class ClusterCache:
 
     # ---- local mode ---------------------------------------------------------------------------
     def bind(
-        self, uid: str, pod: Pod, node: str, gpus: tuple[int, ...] | None = None, created: float = math.nan
+        self,
+        uid: str,
+        pod: Pod,
+        node: str,
+        gpus: tuple[int, ...] | None = None,
+        created: float = math.nan,
+        ref: tuple[str, str] | None = None,
     ) -> BoundPod:
         """Count ``pod`` on ``node`` (the bind verb of the local mode). Raises KeyError for an
-        unknown node and ValueError when the pod is already bound or does not fit."""
+        unknown node and ValueError when the pod is already bound or does not fit. ``ref`` is
+        the pod's (namespace, name) (:func:`pod_ref` of its object), which matches it to its
+        per-pod telemetry; give ``pod`` as :meth:`pod` reads it, for its application code."""
         with self.lock:
             if node not in self.index:
                 raise KeyError(node)
@@ -306,7 +356,7 @@ class ClusterCache:
             i = self.index[node]
             if not self.state.feasible(pod)[i]:
                 raise ValueError(f"pod {uid} does not fit on {node}")
-            return self._account(uid, node, pod, created, time.time(), gpus)
+            return self._account(uid, node, pod, created, time.time(), gpus, ref=ref)
 
     def _account(
         self,
@@ -317,6 +367,7 @@ class ClusterCache:
         bound_at: float,
         gpus: tuple[int, ...] | None,
         new: bool = True,
+        ref: tuple[str, str] | None = None,
     ) -> BoundPod:
         i = self.index[node]
         if gpus is None:
@@ -331,7 +382,7 @@ class ClusterCache:
         except AssertionError:
             # The cluster runs it, so it is there: count it (allocate already did) and say so.
             self.overcommitted += 1
-        b = BoundPod(uid, node, pod, tuple(gpus), created, bound_at)
+        b = BoundPod(uid, node, pod, tuple(gpus), created, bound_at, ref)
         self.pods[uid] = b
         if self.queued.pop(uid, 0) is None:
             self.telemetry.queue_len = len(self.queued)
@@ -384,11 +435,37 @@ class ClusterCache:
                 # windowed statistics (NaN when Prometheus has none: the baselines fall back)
                 tel.cpu_mean[i], tel.cpu_std[i] = u.cpu_mean, u.cpu_std
                 tel.mem_mean[i], tel.mem_std[i] = u.mem_mean, u.mem_std
+                tel.cpu_peak[i], tel.mem_peak[i] = u.cpu_peak, u.mem_peak
             seen = self.usage_time > 0
             age = np.full(len(self.usage_time), np.inf)
             age[seen] = np.maximum(snapshot.fetched_at - self.usage_time[seen], 0.0)
             tel.metrics_age_s = age
+            self.app_table = self._app_ratios(getattr(snapshot, "pods", None) or {})
+            tel.app_usage = self.app_usage
+            if len(self.apps) > max(APP_CODES_KEPT, 2 * len(self.pods)):
+                self.apps.prune({b.pod.app for b in self.pods.values()})
             self.generation += 1
+
+    def _app_ratios(self, pods: dict) -> dict[int, tuple[float, float]]:
+        """Per application, (sum of CPU use / sum of non-zero CPU requests, the same for memory)
+        over its bound pods with both values in ``pods`` ((namespace, name) -> (cores, bytes))."""
+        sums: dict[int, list[float]] = {}
+        if pods:
+            for b in self.pods.values():
+                if b.pod.app < 0 or b.ref is None:
+                    continue
+                use = pods.get(b.ref)
+                if use is None:
+                    continue
+                cpu, mem = float(use[0]), float(use[1])
+                if not (math.isfinite(cpu) and math.isfinite(mem)):
+                    continue
+                acc = sums.setdefault(b.pod.app, [0.0, 0.0, 0.0, 0.0])
+                acc[0] += cpu * MILLI_PER_CORE
+                acc[1] += mem / BYTES_PER_MIB
+                acc[2] += b.pod.cpu_nonzero
+                acc[3] += b.pod.mem_nonzero
+        return {app: (c / cr, m / mr) for app, (c, m, cr, mr) in sums.items() if cr > 0 and mr > 0}
 
     def record_oom(self, node: str) -> None:
         """An OOM kill seen on ``node`` (the watch sees a container terminated OOMKilled)."""

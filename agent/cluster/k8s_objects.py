@@ -332,7 +332,10 @@ def pod_to_json(
     uid: str | None = None,
     scheduler_name: str = "fedsched",
 ) -> dict:
-    """A Pod object that :func:`pod_from_json` reads back as ``pod`` (index aside)."""
+    """A Pod object that :func:`pod_from_json` reads back as ``pod`` (index aside). A pod with an
+    application code (``pod.app >= 0``) gets a controller ownerReference, StatefulSet
+    ``app-<code>``, so the serving cache groups it with its siblings as the trace does (the
+    cache numbers applications itself: its codes need not equal the trace's)."""
     requests: dict[str, str] = {}
     if pod.cpu:
         requests["cpu"] = f"{pod.cpu}m"
@@ -349,8 +352,13 @@ def pod_to_json(
     resources: dict[str, Any] = {"requests": requests}
     if GPU_RESOURCE in requests:
         resources["limits"] = {GPU_RESOURCE: requests[GPU_RESOURCE]}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}",
+                            "annotations": ann}
+    if pod.app >= 0:
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": f"app-{pod.app}",
+                                    "uid": f"uid-app-{pod.app}", "controller": True}]
     return {
-        "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}", "annotations": ann},
+        "metadata": meta,
         "spec": {
             "schedulerName": scheduler_name,
             "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": resources}],

@@ -1,7 +1,9 @@
 """Behaviour cloning: warm-start the node-scoring policy from a teacher scheduler.
 
-The teacher (any scheduler behind the scorer interface, typically FGD or kube-default)
-runs the same environments the RL agent trains in; every decision is logged as (the
+The teacher (any scheduler behind the scorer interface, typically FGD or kube-default, or
+in replay mode the oracle, which reads the simulator's hidden usage parameters: the policy then
+learns to make from observable features the decisions a scheduler that knew every pod's true
+use would make) runs the same environments the RL agent trains in; every decision is logged as (the
 policy's observation of the feasible nodes, the set of nodes the teacher scores best).
 The policy is then fitted by maximising the probability it gives to the teacher's best
 set, ``-log sum_{a in best} pi(a | s)``: teachers with integer scores tie often, and
@@ -42,6 +44,15 @@ class BCConfig:
     """seeds the data order and initialisation"""
 
 
+def _attach(teacher: Scheduler, env: SchedulingEnv) -> None:
+    """Hand a teacher that reads the simulator (the replay oracle: a privileged teacher whose
+    decisions the policy learns to make from what it can observe) the environment's simulator,
+    as ``run_replay`` does."""
+    attach = getattr(teacher, "attach_simulator", None)
+    if attach is not None:
+        attach(env.sim)
+
+
 def collect(envs: list[SchedulingEnv], teacher: Scheduler, samples: int,
             progress: Callable[[int], None] | None = None) -> list[Decision]:
     """Roll the teacher through ``envs`` (round robin) and log its decisions."""
@@ -50,6 +61,7 @@ def collect(envs: list[SchedulingEnv], teacher: Scheduler, samples: int,
     while len(log) < samples:
         for i, env in enumerate(envs):
             pod, state, cand, feats = env.decision
+            _attach(teacher, env)
             scores = np.asarray(teacher.score(state, pod, cand), dtype=np.float64)
             best = np.flatnonzero(scores == scores.max())
             log.append(Decision(feats.nodes.astype(np.float16), feats.pod, feats.context, best,
@@ -169,6 +181,7 @@ def record(envs: list[SchedulingEnv], scheduler: Scheduler, n: int, log: Decisio
     while len(out) < n:
         for env in envs:
             pod, state, cand, feats = env.decision
+            _attach(scheduler, env)
             scores = np.asarray(scheduler.score(state, pod, cand), dtype=np.float64)
             best = np.flatnonzero(scores == scores.max())
             d = Decision(feats.nodes.astype(np.float16), feats.pod, feats.context, best,

@@ -28,6 +28,19 @@ the optimal policy) and failed placements (percent of capacity arrived but not p
 Replay: pending time of the bound pod, load variance, OOM and overload events, failed
 placements, fragmentation ratio and SLA violations (pods waiting longer than
 ``sla_pending_s``).
+
+**Node credit** (replay, ``RewardConfig.node_horizon_s > 0``): the cluster-wide OOM,
+overload and load-variance terms charge a decision for whatever happened anywhere since the
+previous one, which says little about the decision itself. With node credit, each decision
+is instead charged its *own chosen node's* outcome over the horizon after its bind: the
+node's hot CPU minutes and throttled CPU core-minutes (the online metrics' per-node counters,
+``LoadMetrics.node_hot_s`` / ``node_throttled``) and the OOM kills of the pod it placed. The
+credit is known only once the horizon has passed, so a step's ``info`` carries its decision's
+serial (``info["decision"]``) and the credits that matured at that step (``info["credits"]``,
+``(serial, reward)`` pairs; every open decision matures at the episode's end);
+:meth:`SchedulingEnv.open_credits` gives what still-open decisions have earned so far. PPO adds
+each credit to the reward of the step that took the decision. The step's own reward keeps the
+queue terms (pending time, SLA, failed placements) and fragmentation.
 """
 
 from __future__ import annotations
@@ -79,6 +92,17 @@ class RewardConfig:
     """replay: - pods bound after waiting more than sla_pending_s"""
     sla_pending_s: float = 30.0
     """replay: the pending-time objective"""
+    node_horizon_s: float = 0.0
+    """replay: > 0 charges each decision its chosen node's outcome over this many simulated
+    seconds after the bind (``node_*`` terms, reported as ``info["credits"]`` for the trainer to
+    add to that decision; the oom, overload and load_variance terms are then off); 0: the
+    cluster-wide events since the last decision"""
+    node_hot: float = 0.1
+    """replay node credit: - minutes the chosen node's windowed CPU use spends above the threshold"""
+    node_throttled: float = 0.1
+    """replay node credit: - CPU core-minutes throttled on the chosen node"""
+    node_oom: float = 2.0
+    """replay node credit: - OOM kills of the placed pod"""
 
     invalid_action: float = 1.0
     """both: - per action on a masked node (then kube-default decides)"""
@@ -133,6 +157,9 @@ class SchedulingEnv(gym.Env):
         self._feats: Features | None = None
         self._nodes = np.zeros(0, dtype=np.int64)
         self._fallback = KubeDefault()
+        self._serial = 0
+        self._open = []
+        self._node_credit = cfg.mode == "replay" and cfg.reward.node_horizon_s > 0
 
     # ---- gym API ---------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -150,6 +177,8 @@ class SchedulingEnv(gym.Env):
             self.sim = ReplaySimulator(self.cluster_nodes, self.pool, config=ReplayConfig(**self.cfg.replay),
                                        seed=run_seed, typical=self.typical)
         self._stats = self._snapshot()
+        self._open: list[tuple] = []
+        self._serial = 0  # decisions of this episode (every open one matures at its end)
         self.episode_return = 0.0
         reward_before = self._advance()
         self.episode_return += reward_before
@@ -176,18 +205,55 @@ class SchedulingEnv(gym.Env):
 
     def _bind(self, placement: Placement, invalid: bool):
         before = self._snapshot()
+        pod = self._pod
         self.sim.bind(placement)
         reward = self._reward(before, self._snapshot(), bound=True)
         if invalid:
             reward -= self.cfg.reward.invalid_action
+        self._serial += 1
+        if self._node_credit:
+            self._open_decision(self._serial, placement.node, pod.index)
         reward += self._advance()
         self.episode_return += reward
         terminated = self._feats is None
-        info: dict[str, Any] = {"invalid_action": invalid, "node": placement.node}
+        info: dict[str, Any] = {"invalid_action": invalid, "node": placement.node, "decision": self._serial}
+        if self._node_credit:
+            info["credits"] = self._mature(everything=terminated)
+            self.episode_return += sum(c for _, c in info["credits"])
         if terminated:
             info["episode_metrics"] = self.final_metrics()
             info["episode_return"] = self.episode_return
         return self._obs(), float(reward), terminated, False, info
+
+    # ---- node credit (RewardConfig.node_horizon_s) -----------------------------------------
+    def _open_decision(self, serial: int, node: int, pod: int) -> None:
+        lm = self.sim.load_metrics
+        self._open.append((serial, node, pod, self.sim.now, float(lm.node_hot_s[node]),
+                           float(lm.node_throttled[node]), self.sim.oom_kills_of(pod)))
+
+    def _credit(self, d: tuple) -> float:
+        _, node, pod, _, hot0, thr0, oom0 = d
+        w, lm = self.cfg.reward, self.sim.load_metrics
+        return -(w.node_hot * (float(lm.node_hot_s[node]) - hot0) / 60.0
+                 + w.node_throttled * (float(lm.node_throttled[node]) - thr0) / 60.0
+                 + w.node_oom * (self.sim.oom_kills_of(pod) - oom0))
+
+    def _mature(self, everything: bool = False) -> list[tuple[int, float]]:
+        """Credits of the open decisions whose horizon has passed (all of them at the end)."""
+        horizon, now = self.cfg.reward.node_horizon_s, self.sim.now
+        out, keep = [], []
+        for d in self._open:
+            if everything or now >= d[3] + horizon:
+                out.append((d[0], self._credit(d)))
+            else:
+                keep.append(d)
+        self._open = keep
+        return out
+
+    def open_credits(self) -> list[tuple[int, float]]:
+        """The credits the open decisions have earned so far (their horizon not yet over): what
+        a trainer whose rollout ends now can give them. They stay open."""
+        return [(d[0], self._credit(d)) for d in self._open] if self._node_credit else []
 
     def action_masks(self) -> np.ndarray:
         return self._mask.copy()
@@ -248,15 +314,17 @@ class SchedulingEnv(gym.Env):
             gained = b["alloc"] - a["alloc"]
             failed = (b["arrived"] - a["arrived"]) - gained
             return w.alloc_gain * gained + w.frag_removed * (a["frag"] - b["frag"]) - w.failed * failed
-        r = -w.oom * (b["oom"] - a["oom"]) - w.overload * (b["overload"] - a["overload"])
-        r -= w.failed * (b["failed"] - a["failed"])
+        r = -w.failed * (b["failed"] - a["failed"])
+        if not self._node_credit:
+            r -= w.oom * (b["oom"] - a["oom"]) + w.overload * (b["overload"] - a["overload"])
         if bound:
             sim = self.sim
             waited = float(sim.latencies[-1]) if len(sim.latencies) else 0.0
             r -= w.pending_time * waited / 60.0 + (w.sla if waited > w.sla_pending_s else 0.0)
             state = sim.state
-            u = 100.0 * state.cpu_used[state.alive] / self.cluster_nodes.cpu[state.alive]
-            r -= w.load_variance * float(u.var()) / 100.0
+            if not self._node_credit:
+                u = 100.0 * state.cpu_used[state.alive] / self.cluster_nodes.cpu[state.alive]
+                r -= w.load_variance * float(u.var()) / 100.0
             if w.fragmentation:
                 from fedsched.common.model.fragmentation import fragmentation_ratio
 

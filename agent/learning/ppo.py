@@ -165,6 +165,22 @@ def env_info(infos: dict[str, Any], i: int) -> dict[str, Any]:
     return out
 
 
+def _open_credits(envs: gym.vector.VectorEnv) -> Sequence[Sequence[tuple[int, float]]]:
+    """Each environment's credits of still-open decisions (none from an environment without
+    node credit, e.g. a test's toy environment)."""
+    try:
+        return envs.call("open_credits")
+    except AttributeError:
+        return [()] * envs.num_envs
+
+
+def _credit_infos(infos: dict[str, Any], i: int) -> dict[str, Any]:
+    """Environment ``i``'s step info, from ``final_info`` when its episode ended this step."""
+    if "final_info" in infos and infos["_final_info"][i]:
+        return env_info(infos["final_info"], i)
+    return env_info(infos, i)
+
+
 class PPOTrainer:
     """Holds the policy, optimiser and vector environment; :meth:`train` runs updates.
 
@@ -194,6 +210,21 @@ class PPOTrainer:
         seeds = [cfg.seed * 1000 + i for i in range(envs.num_envs)]
         self.next_obs = obs_tensors(envs.reset(seed=seeds)[0])
         self.next_done = torch.zeros(envs.num_envs)
+
+    @staticmethod
+    def _assign_credits(infos: dict[str, Any], step: int, decision_step: list[dict[int, int]],
+                        rewards: torch.Tensor) -> None:
+        """Node credit (``RewardConfig.node_horizon_s``): remember which rollout step took each
+        decision, and add each matured credit to its own decision's reward when that decision is
+        in this rollout (credits of decisions of earlier rollouts are dropped)."""
+        for i in range(len(decision_step)):
+            info = _credit_infos(infos, i)
+            if "decision" in info:
+                decision_step[i][int(info["decision"])] = step
+            for serial, c in info.get("credits", ()):
+                t = decision_step[i].get(int(serial))
+                if t is not None:
+                    rewards[t, i] += float(c)
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "global_step": self.global_step,
@@ -226,6 +257,8 @@ class PPOTrainer:
         dones = torch.zeros((cfg.num_steps, num_envs))
         values = torch.zeros((cfg.num_steps, num_envs))
         next_obs, next_done = self.next_obs, self.next_done
+        # Per environment: the rollout step of each decision of this rollout (node credit).
+        decision_step: list[dict[int, int]] = [{} for _ in range(num_envs)]
         while self.update < self.num_updates:
             if stop is not None and stop():
                 break
@@ -247,6 +280,7 @@ class PPOTrainer:
                 actions[step], logprobs[step], values[step] = action, dist.log_prob(action), value
                 obs, reward, terminations, truncations, infos = envs.step(action.numpy())
                 rewards[step] = torch.from_numpy(reward).float()
+                self._assign_credits(infos, step, decision_step, rewards)
                 next_obs = obs_tensors(obs)
                 next_done = torch.from_numpy(np.logical_or(terminations, truncations)).float()
                 if on_episode is not None and "final_info" in infos:
@@ -258,6 +292,12 @@ class PPOTrainer:
                         m["global_step"] = self.global_step
                         on_episode(m)
             self.next_obs, self.next_done = next_obs, next_done
+            # Decisions whose credit horizon is not over yet get what they have earned so far.
+            for i, credits in enumerate(_open_credits(envs)):
+                for serial, c in credits:
+                    if serial in decision_step[i]:
+                        rewards[decision_step[i][serial], i] += c
+            decision_step = [{} for _ in range(num_envs)]
 
             # ---- advantages: generalised advantage estimation -------------------------------
             with torch.no_grad():

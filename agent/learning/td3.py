@@ -79,6 +79,8 @@ class TD3Config:
     """decisions per update, over all environments (one progress.csv row per update)"""
     seed: int = 1
     """seeds torch, numpy and the environments"""
+    torch_threads: int = 1
+    """torch intra-op threads (small networks: more threads only contend with the simulator)"""
 
 
 class ReplayBuffer:
@@ -137,6 +139,7 @@ class TD3Trainer:
     def __init__(self, envs: list[SchedulingEnv], cfg: TD3Config, policy: WeightPolicy | None = None) -> None:
         self.envs, self.cfg = envs, cfg
         torch.manual_seed(cfg.seed)
+        torch.set_num_threads(cfg.torch_threads)
         self.rng = np.random.default_rng(cfg.seed)
         self.policy = policy or WeightPolicy(WeightPolicyConfig(hidden=cfg.hidden))
         self.target = copy.deepcopy(self.policy)

@@ -50,8 +50,10 @@ from fedsched.common.learning.kinds import NODE_SCORING, WEIGHTS, kind_of
 from fedsched.common.learning.scorers import scorer_for
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
+from fedsched.common.model.metrics import HIGHER_IS_BETTER
 from fedsched.common.model.traces import fits_somewhere, slice_cluster, split_train_val_test
 from fedsched.common.schedulers import SchedulerContext, make_scheduler
+from fedsched.common.sim.evaluate import make_policy
 from fedsched.common.sim.packing import run_packing
 
 # The behaviour-cloning step size of fine-tuning on a decision log (--log) when none is given:
@@ -83,7 +85,7 @@ class TrainSpec:
     reward: RewardConfig = field(default_factory=RewardConfig)
     """weights of the reward terms of the training environments"""
     teacher: str = "fgd"
-    """bc: the scheduler to imitate"""
+    """bc: the scheduler to imitate (a baseline, or in replay mode the oracle)"""
     policy_kind: Literal["node-scoring", "weights"] = "node-scoring"
     """bc: which policy to fit: node-scoring (for ppo) or weights (the td3 actor)"""
     num_envs: int = 4
@@ -122,7 +124,9 @@ class TrainSpec:
 
 def eval_metric_name(nodes: NodeTable, mode: str) -> str:
     if mode == "replay":
-        return "overload_events"  # the replay objective that matters most for safety
+        # The online metric of hot nodes (node-seconds above the threshold), not the legacy
+        # count of threshold crossings that a policy piling pods onto hot nodes wins.
+        return "hot_cpu_node_s"
     # The final allocation (the run ends at the target load): always defined, unlike the
     # artefact's binned value at exactly the target, which is empty on small clusters.
     return "alloc_gpu" if nodes.total_gpu_milli else "alloc_cpu"
@@ -198,8 +202,8 @@ def _run_bc(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, typical:
 
     t_start = time.time()
     torch.manual_seed(spec.bc.seed)
-    teacher = make_scheduler(spec.teacher, SchedulerContext(train_pods=train,
-                                                            rng=np.random.default_rng(spec.bc.seed)))
+    ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(spec.bc.seed))
+    teacher = make_policy(spec.teacher, ctx, spec.mode)
     on_sample = ((lambda n: progress({"phase": "collect", "samples": n}, spec.bc.samples))
                  if progress else None)
     if spec.record_log is not None:
@@ -231,10 +235,10 @@ def _run_bc(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, typical:
     meta["hyperparameters"] = {**meta_common["hyperparameters"], **asdict(spec.bc), "teacher": spec.teacher,
                                "policy_kind": spec.policy_kind}
     best = {"value": value, "update": 0}
-    ckpt = save_checkpoint(out / "checkpoint.pt", policy, extra={"eval_metric": metric, "best_eval": best,
-                                                                  "teacher": spec.teacher}, **meta)
-    save_checkpoint(out / "best.pt", policy, extra={"eval_metric": metric, "best_eval": best,
-                                                    "teacher": spec.teacher}, **meta)
+    extra = {"eval_metric": metric, "best_eval": best, "reference": reference, "teacher": spec.teacher,
+             "trained_on_gpus": bool(spec.nodes.total_gpu_milli)}
+    ckpt = save_checkpoint(out / "checkpoint.pt", policy, extra=extra, **meta)
+    save_checkpoint(out / "best.pt", policy, extra=extra, **meta)
     with (out / "bc.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(epochs[0]))
         w.writeheader()
@@ -304,7 +308,7 @@ def _run_finetune(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, ty
 
     fit(policy, [r.decision for r in records], spec.bc, on_epoch=on_epoch)
     after = evaluate_policy(scheduler_for(policy, policy_typical)) if evaluate else float("nan")
-    higher_better = metric not in ("frag_ratio", "overload_events")  # as the other algorithms select
+    higher_better = metric in HIGHER_IS_BETTER  # as the other algorithms select
     kept_init = bool(np.isfinite(before) and np.isfinite(after)
                      and (before > after if higher_better else before < after))
     best = {"value": before if kept_init else after, "update": 0,
@@ -314,7 +318,8 @@ def _run_finetune(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, ty
              **{k: v for k, v in asdict(spec.bc).items() if k != "samples"}, "window": spec.window,
              "policy_kind": kind_of(policy)}
     log_info = summarize(records)
-    extra = {"eval_metric": metric, "best_eval": best, "eval_before": before, "eval_after": after,
+    extra = {"eval_metric": metric, "best_eval": best, "reference": reference, "eval_before": before,
+             "eval_after": after,
              "init_checkpoint": str(spec.init), "init_algorithm": init_meta.get("algorithm"),
              "init_data_hash": init_meta.get("data_hash"), "decision_log": str(log_dir),
              "window": spec.window, "log_decisions": log_info["decisions"],
@@ -400,7 +405,7 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
         pass
     prog_log = _CsvLog(out / "progress.csv", append=spec.resume)
     ep_log = _CsvLog(out / "episodes.csv", append=spec.resume)
-    higher_better = metric not in ("frag_ratio", "overload_events")
+    higher_better = metric in HIGHER_IS_BETTER
     best = {"value": -np.inf if higher_better else np.inf, "update": 0}
     if resume_state is not None and isinstance(meta.get("best_eval"), dict):
         best.update(meta["best_eval"])  # a resumed run replaces best.pt only when it beats it
@@ -414,7 +419,9 @@ def run_training(spec: TrainSpec, progress: Any = None) -> dict[str, Any]:
     def save(path: Path) -> None:
         save_checkpoint(path, trainer.policy, optimizer=trainer.state_dict(),
                         extra={"global_step": trainer.global_step, "update": trainer.update,
-                               "eval_metric": metric, "best_eval": best}, **meta_common)
+                               "eval_metric": metric, "best_eval": best, "reference": reference,
+                               "trained_on_gpus": bool(spec.nodes.total_gpu_milli)},
+                        **meta_common)
 
     def on_episode(m: dict[str, float]) -> None:
         row = {"global_step": m.get("global_step"), "env": m.get("env"),

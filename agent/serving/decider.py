@@ -47,9 +47,10 @@ import numpy as np
 from fedsched.agent.cluster.cache import EXCLUDE_LABEL, ClusterCache
 from fedsched.agent.serving.metrics import ServingMetrics
 from fedsched.agent.serving.model_store import LoadedModel, ModelStore
+from fedsched.agent.serving.rollout_gate import PROFILES, GateVerdict, cluster_profile, gate
 from fedsched.common.learning.nets import WEIGHT_TERMS
 from fedsched.common.learning.scorers import WeightScheduler
-from fedsched.common.model.cluster import Pod
+from fedsched.common.model.cluster import MILLI_PER_GPU, Pod
 from fedsched.common.schedulers.base import NonFiniteScores, Ranking, rank
 from fedsched.common.schedulers.kube_default import KubeDefault
 
@@ -59,8 +60,8 @@ MAX_EXTENDER_SCORE = 10
 MAX_QUEUED = 4  # policy calls that may wait for the worker at once (more: fallback "busy")
 MODES = ("active", "shadow")
 # The safety filter's verdict per candidate (index into _REFUSAL_REASONS).
-_PASS, _UNKNOWN, _UNSCHEDULABLE, _EXCLUDED, _CPU, _MEMORY, _STALE = range(7)
-_REFUSAL_REASONS = ("", "unknown", "unschedulable", "excluded", "cpu", "memory", "stale")
+_PASS, _UNKNOWN, _UNSCHEDULABLE, _EXCLUDED, _GPU, _CPU, _MEMORY, _STALE = range(8)
+_REFUSAL_REASONS = ("", "unknown", "unschedulable", "excluded", "gpu", "cpu", "memory", "stale")
 
 
 @dataclass
@@ -87,10 +88,15 @@ class DeciderConfig:
     scheduler_name: str | None = "fedsched"  # act on pods of this profile only (None: every pod)
     seed: int = 0  # the tie-break generator (the simulator's place() uses the same rule)
     safety: SafetyConfig = field(default_factory=SafetyConfig)
+    # The roll-out gate (agent/serving/rollout_gate.py) for mode "active": None (off), "auto"
+    # (the profile inferred from the node inventory) or a profile name (web, gpu, edge).
+    gate: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.gate is not None and self.gate != "auto" and self.gate not in PROFILES:
+            raise ValueError(f"gate must be off, auto or one of {', '.join(PROFILES)}, got {self.gate!r}")
         if not self.budget_ms > 0:
             raise ValueError(f"budget_ms must be positive, got {self.budget_ms}")
 
@@ -116,6 +122,19 @@ class Decision:
     ranking: Ranking | None = None
     features: Any = None  # the policy's input (fedsched.common.learning.features.Features) when it ran
     positions: np.ndarray | None = None  # where ranking.nodes are in ``hosts`` (request order)
+
+
+def _gpu_fits(state: Any, pod: Pod, ids: np.ndarray) -> np.ndarray:
+    """Per node id: the pod's GPU request fits its free GPUs and GPU model. kube-scheduler's own
+    filters know whole GPUs (``nvidia.com/gpu``) but not shares (``alibabacloud.com/gpu-milli``),
+    so the extender's filter refuses what only the agent's GPU accounting can see."""
+    if pod.num_gpu == 0:
+        return np.ones(len(ids), dtype=bool)
+    free = state.gpu_free[ids]
+    ok = state.model_ok(pod)[ids]
+    if pod.is_gpu_share:
+        return ok & (free >= pod.gpu_milli).any(axis=1)
+    return ok & ((free >= MILLI_PER_GPU).sum(axis=1) >= pod.num_gpu)
 
 
 class _NoFeasible(Exception):
@@ -169,6 +188,7 @@ class Decider:
         # Policy calls waiting or running on the worker: a request queues behind at most
         # MAX_QUEUED others (each waits within its own budget); past that it falls back at once.
         self._queued = threading.BoundedSemaphore(MAX_QUEUED)
+        self._verdicts: dict[tuple[str, str], GateVerdict] = {}
         self.metrics.set_model(models.version, models.current.path)
         models.prepare = self.warm_up
         models.on_change = self._model_changed
@@ -178,6 +198,23 @@ class Decider:
     def _model_changed(self, model: LoadedModel) -> None:
         self.metrics.set_model(model.version, model.path)
         self.metrics.reloads.labels(result="ok").inc()
+
+    def mode_for(self, model: LoadedModel) -> str:
+        """The mode this model is served in: ``cfg.mode``, or shadow where the roll-out gate
+        refuses it on this cluster's profile (the verdict is logged and exported once per model
+        and profile)."""
+        if self.cfg.mode == "shadow" or self.cfg.gate is None:
+            return self.cfg.mode
+        profile = cluster_profile(self.cache.table) if self.cfg.gate == "auto" else self.cfg.gate
+        key = (model.version, profile)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = self._verdicts[key] = gate(model.meta, profile)
+            self.metrics.set_gate(model.version, profile, verdict.active, verdict.reason)
+            (log.info if verdict.active else log.warning)(
+                "roll-out gate: model %s %s on this %s cluster: %s", model.version,
+                "served actively" if verdict.active else "in shadow mode", profile, verdict.reason)
+        return "active" if verdict.active else "shadow"
 
     def warm_up(self, model: LoadedModel | None = None) -> None:
         """One untimed decision over every node, so the first real request does not pay for
@@ -210,7 +247,7 @@ class Decider:
     def filter(self, pod_obj: dict, names: list[str], now: float | None = None) -> FilterAnswer:
         if _neutral_pod(pod_obj, self.cfg.scheduler_name):
             return FilterAnswer(list(names), {}, {})
-        self.cache.pod(pod_obj)  # a pod we cannot read is the caller's error (ObjectError)
+        pod = self.cache.pod(pod_obj)  # a pod we cannot read is the caller's error (ObjectError)
         s = self.cfg.safety
         now = time.time() if now is None else now
         cache = self.cache
@@ -225,11 +262,12 @@ class Decider:
                 [
                     ~cache.schedulable[ids],
                     cache.excluded[ids],
+                    ~_gpu_fits(cache.state, pod, ids),
                     fresh & (cpu > s.cpu_threshold),
                     fresh & (mem > s.mem_threshold),
                     ~fresh & telemetry_up,
                 ],
-                [_UNSCHEDULABLE, _EXCLUDED, _CPU, _MEMORY, _STALE],
+                [_UNSCHEDULABLE, _EXCLUDED, _GPU, _CPU, _MEMORY, _STALE],
                 _PASS,
             )
             ages = np.full(len(names), np.inf)
@@ -265,6 +303,11 @@ class Decider:
                     else "without allocatable CPU or memory"
                 )
                 failed[name] = f"fedsched: node is {why}"
+            elif code == _GPU:
+                failed[name] = (
+                    f"fedsched: the pod's GPUs ({pod.num_gpu} x {pod.gpu_milli} milli) do not fit the node's "
+                    "free GPUs or GPU model (the agent's accounting)"
+                )
             elif code == _EXCLUDED:
                 failed[name] = f"fedsched: node is labelled {EXCLUDE_LABEL}=true"
             elif code == _CPU:
@@ -292,9 +335,10 @@ class Decider:
     def prioritize(self, pod_obj: dict, names: list[str], t0: float | None = None) -> Decision:
         t0 = time.perf_counter() if t0 is None else t0
         model = self.models.current
+        mode = self.mode_for(model)
         if _neutral_pod(pod_obj, self.cfg.scheduler_name):
             self.metrics.decisions.labels(
-                mode=self.cfg.mode, source="neutral", model_version=model.version
+                mode=mode, source="neutral", model_version=model.version
             ).inc()
             return Decision(list(names), [0] * len(names), "neutral", model_version=model.version)
         pod = self.cache.pod(pod_obj)
@@ -308,7 +352,7 @@ class Decider:
         where[ids] = pos
         scores = np.zeros(len(names), dtype=np.int64)
         positions = where[ranking.nodes] if ranking is not None else None
-        if self.cfg.mode == "active" and decided:
+        if mode == "active" and decided:
             scores[positions] = to_extender_scores(ranking.scores, ranking.best)
             source, chosen = "policy", policy_choice
         else:
@@ -316,7 +360,7 @@ class Decider:
             scores[where[ok]] = default
             chosen = table_names[default_pick] if default_pick >= 0 else None
             source = "fallback"
-            if self.cfg.mode == "shadow" and decided:
+            if mode == "shadow" and decided:
                 agree = policy_choice == chosen
                 self.metrics.shadow.labels(agree=str(agree).lower(), model_version=model.version).inc()
                 reason = "shadow"
@@ -335,7 +379,7 @@ class Decider:
             features,
             positions,
         )
-        self.metrics.decisions.labels(mode=self.cfg.mode, source=d.source, model_version=model.version).inc()
+        self.metrics.decisions.labels(mode=mode, source=d.source, model_version=model.version).inc()
         for hook in self.on_decision:
             try:
                 hook(pod_obj, d)

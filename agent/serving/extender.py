@@ -38,8 +38,8 @@ from json.encoder import encode_basestring_ascii as _enc
 from pathlib import Path
 from typing import Any
 
-from fedsched.agent.cluster.cache import created_time
-from fedsched.agent.cluster.k8s_objects import ObjectError, node_from_json, node_table, pod_from_json
+from fedsched.agent.cluster.cache import created_time, pod_ref
+from fedsched.agent.cluster.k8s_objects import ObjectError, node_from_json, node_table
 from fedsched.agent.serving.decider import MAX_EXTENDER_SCORE, Decider
 from fedsched.common.model.cluster import Pod
 
@@ -222,9 +222,10 @@ class ExtenderServer:
         pod_obj = json.loads(raw)
         cache = self.decider.cache
         try:
-            pod = pod_from_json(pod_obj, cache.table.models)
+            pod = cache.pod(pod_obj)  # with its application code (per-app observed use)
             gpus = self._select_gpus(pod, body["Node"])
-            cache.bind(body["PodUID"], pod, body["Node"], gpus, created=created_time(pod_obj))
+            cache.bind(body["PodUID"], pod, body["Node"], gpus, created=created_time(pod_obj),
+                       ref=pod_ref(pod_obj))
         except KeyError:
             return {"Error": f"fedsched: unknown node {body['Node']}"}
         except (ValueError, ObjectError) as e:

@@ -73,6 +73,13 @@ class ServingMetrics:
         self.model_info = Gauge(
             "fedsched_model_info", "The model in use (value 1)", ["model_version", "path"], registry=r
         )
+        self.policy_active = Gauge(
+            "fedsched_policy_active",
+            "Roll-out gate: 1 when the model is served actively on this cluster's profile, 0 in "
+            "shadow mode (the reason label says why)",
+            ["model_version", "profile", "reason"],
+            registry=r,
+        )
         self.model_loaded = Gauge(
             "fedsched_model_loaded_timestamp_seconds", "When the model was loaded", registry=r
         )
@@ -97,6 +104,12 @@ class ServingMetrics:
             ["result"],
             registry=r,
         )
+
+    def set_gate(self, version: str, profile: str, active: bool, reason: str) -> None:
+        """The roll-out gate's verdict on a model for this cluster's profile."""
+        self.policy_active.clear()
+        self.policy_active.labels(model_version=version, profile=profile, reason=reason).set(
+            1 if active else 0)
 
     def set_model(self, version: str, path: str) -> None:
         self.model_info.clear()

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedsched.common.learning.checkpoint import CheckpointError
@@ -35,6 +35,7 @@ class LoadedModel:
     version: str
     path: str
     loaded_at: float
+    meta: dict = field(default_factory=dict, compare=False)  # the checkpoint's metadata (the roll-out gate)
 
     @property
     def kind(self) -> str:
@@ -63,7 +64,7 @@ def load_model(path: Path, backend: str = "numpy") -> LoadedModel:
     typical = typical_from_dict(meta.get("typical_pods"))
     options = {"backend": backend} if kind_of(policy) == NODE_SCORING else {}
     sched = scorer_for(policy, typical, SchedulerContext(), name=f"{path.name}@{version}", **options)
-    return LoadedModel(sched, version, str(path), time.time())
+    return LoadedModel(sched, version, str(path), time.time(), meta)
 
 
 class ModelStore:

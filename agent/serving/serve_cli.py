@@ -48,6 +48,9 @@ OPTIONS: dict[str, tuple[type, Any, str]] = {
     "client-ca": (str, None, "CA that signed the scheduler's client certificate (mutual TLS)"),
     "insecure": (bool, False, "plain HTTP (local --cluster-csv mode only)"),
     "mode": (str, "active", "active (the policy's scores) or shadow (default scores; the policy logged)"),
+    "gate": (str, "auto", "roll-out gate for --mode active: auto (the cluster's profile from its nodes), "
+                          "web, gpu or edge (that profile), or off; a policy whose validation does not beat "
+                          "kube-default on the profile is served in shadow mode"),
     "budget-ms": (float, 10.0, "latency budget per request; the kube-default fallback answers past it"),
     "scheduler-name": (str, "fedsched", "act on pods of this scheduler profile ('*': every pod)"),
     "cpu-threshold": (float, 0.9, "refuse nodes whose real CPU use is above this share"),
@@ -189,7 +192,9 @@ def build_agent(opts: dict[str, Any]) -> Decider:
         opts["cpu-threshold"], opts["mem-threshold"], opts["stale-after"], opts["max-stale-share"]
     )
     name = opts["scheduler-name"]
-    cfg = DeciderConfig(opts["mode"], opts["budget-ms"], None if name == "*" else name, opts["seed"], safety)
+    gate = None if opts["gate"] == "off" else opts["gate"]
+    cfg = DeciderConfig(opts["mode"], opts["budget-ms"], None if name == "*" else name, opts["seed"], safety,
+                        gate)
     cache.queue_scheduler = cfg.scheduler_name  # the pending queue the policy's queue feature counts
     decider = Decider(cache, models, cfg, metrics, weights_models)
     metrics.watch_telemetry(lambda: cache.last_telemetry, lambda: cache.telemetry_up)

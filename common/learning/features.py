@@ -11,9 +11,17 @@ share of each GPU (sorted, descending), what placing the pod would leave, the
 fragmentation it would remove (FGD's measure against the training workload's typical
 pods, in GPUs), BestFit's leftover, the resulting CPU/memory imbalance, real usage and
 its trend, overload/OOM history, disk-I/O and network headroom, and GPU-tag affinity.
-Per pod (``POD_FEATURES``): requests, GPU kind, QoS. Cluster context
-(``CONTEXT_FEATURES``): allocation, fragmentation, spread of utilisation, pending queue,
-share of feasible nodes.
+Schema 2 adds what predicts trouble online: the windowed mean, peak and risk (mean + one
+deviation) of the node's measured use (``node_load``, the load-aware baselines' reading), the
+headroom after placement against the hot-node threshold (``HOT_THRESHOLD`` minus the windowed
+mean, or peak, plus the pod's *expected* use) and against memory capacity (OOM), and the pods
+on the node. Per pod (``POD_FEATURES``): requests, GPU kind, QoS, and its expected use per
+request (:func:`expected_use_ratios`: its application's observed ratio where siblings run, else
+the cluster's) with a flag saying which. Cluster context (``CONTEXT_FEATURES``): allocation,
+fragmentation, spread of utilisation, pending queue, share of feasible nodes, and the
+cluster's observed use per request. Where nothing measures use (packing mode, serving without
+telemetry) use is requests, the ratios are 1 and the windowed figures are the requested
+shares: the same quantities in every mode.
 
 Real use (``cpu_used`` / ``mem_used`` and the ``util_*`` context) is ``state.cpu_used`` /
 ``state.mem_used`` under the one definition of
@@ -28,6 +36,7 @@ fragmentation (FGD's rule) when typical pods are known, else the best-fitting on
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,10 +49,14 @@ from fedsched.common.model.fragmentation import (
     best_per_node,
     placement_deltas,
 )
+from fedsched.common.model.load_metrics import LoadMetricsConfig
 from fedsched.common.schedulers.base import default_gpu_choice
 from fedsched.common.schedulers.best_fit import MAX_SPEC_CPU, MAX_SPEC_GPU
+from fedsched.common.schedulers.load_stats import node_load
 
-FEATURE_SCHEMA_VERSION = 1
+FEATURE_SCHEMA_VERSION = 2
+HOT_THRESHOLD = LoadMetricsConfig().threshold  # the online metrics' hot-node threshold (0.85)
+MAX_USE_RATIO = 10.0  # expected use / request is clipped to this
 MAX_SPEC_MEM_MIB = 1024.0 * 1024.0  # 1 TiB
 
 NODE_FEATURES = (
@@ -52,11 +65,14 @@ NODE_FEATURES = (
     "cpu_after", "mem_after", "gpu_after", "frag_removed", "frag_before", "bestfit_leftover",
     "imbalance_after", "cpu_used", "mem_used", "cpu_trend", "mem_trend", "overloaded",
     "overload_history", "oom_history", "io_after", "net_after", "same_tag", "other_tag",
+    "cpu_mean_w", "cpu_peak_w", "cpu_risk", "mem_mean_w", "mem_peak_w", "cpu_headroom_after",
+    "cpu_peak_headroom_after", "mem_headroom_after", "pods_on_node",
 )
 POD_FEATURES = ("cpu", "mem", "num_gpu", "gpu_milli", "is_share", "is_whole", "is_cpu_only",
-                "qos_be", "qos_burstable", "qos_ls", "qos_guaranteed", "gpu_constrained")
+                "qos_be", "qos_burstable", "qos_ls", "qos_guaranteed", "gpu_constrained",
+                "exp_cpu_ratio", "exp_mem_ratio", "app_observed")
 CONTEXT_FEATURES = ("alloc_cpu", "alloc_mem", "alloc_gpu", "frag_rate", "util_mean", "util_std",
-                    "queue", "feasible_share", "log_nodes")
+                    "queue", "feasible_share", "log_nodes", "use_ratio_cpu", "use_ratio_mem")
 
 
 @dataclass
@@ -66,18 +82,31 @@ class Telemetry:
     Trends in milli-CPU and MiB per second; counts are cumulative. A ``ClusterState``
     carries one in ``state.telemetry`` when the source has them.
 
-    Windowed statistics (optional, for the load-aware baselines; not policy features):
-    ``cpu_mean`` / ``cpu_std`` / ``mem_mean`` / ``mem_std`` are the mean and the standard
-    deviation of the node's measured utilisation over a window, as fractions of its capacity
-    (serving: PromQL ``avg_over_time`` / ``stddev_over_time`` of the recording rules over
-    Trimaran's 15-minute window, see ``agent/cluster/telemetry.py``). ``metrics_age_s`` is how
-    old each node's newest sample was at the last refresh, in seconds (``inf``: never seen).
-    A field is None when the source has none (packing mode, the replay simulator, serving
-    before any telemetry), and an entry is NaN for a node the source has no value for; the
-    baselines then use ``state.cpu_used / capacity`` as the mean, 0 as the deviation, and
-    treat the node's metrics as fresh. Whether ``state.cpu_used`` is then measured or the
-    node's requests is ``state.cpu_measured`` / ``mem_measured`` (``ClusterState``'s one
-    definition of real use).
+    Windowed statistics (optional; the load-aware baselines and the policy features read them
+    through :func:`fedsched.common.schedulers.load_stats.node_load`): ``cpu_mean`` /
+    ``cpu_std`` / ``mem_mean`` / ``mem_std`` are the mean and the standard deviation of the
+    node's measured utilisation over a window, as fractions of its capacity, and ``cpu_peak`` /
+    ``mem_peak`` its largest sample over the same window (serving: PromQL ``avg_over_time`` /
+    ``stddev_over_time`` / ``max_over_time`` of the recording rules over Trimaran's 15-minute
+    window, see ``agent/cluster/telemetry.py``; replay: the same statistics of the simulated
+    use over ``ReplayConfig.stats_window_s``). ``metrics_age_s`` is how old each node's newest
+    sample was at the last refresh, in seconds (``inf``: never seen). A field is None when the
+    source has none (packing mode, serving before any telemetry), and an entry is NaN for a node
+    the source has no value for; readers then use ``state.cpu_used / capacity`` as the mean and
+    the peak, 0 as the deviation, and treat the node's metrics as fresh. Whether
+    ``state.cpu_used`` is then measured or the node's requests is ``state.cpu_measured`` /
+    ``mem_measured`` (``ClusterState``'s one definition of real use).
+
+    ``queue_len`` counts the pods waiting for a node, the pod being decided included (the
+    replay simulator's pending queue, serving's unbound pods); the ``queue`` feature is the
+    others, ``log1p(queue_len - 1)``, so packing mode (no telemetry: 0) and a lone pod in
+    replay or serving (1) read the same.
+
+    ``app_usage(app)`` (optional) is what the running pods of application ``app`` (a
+    ``Pod.app`` code, >= 0) really use relative to their requests, ``(CPU use / CPU request,
+    memory use / memory request)`` over those pods (non-zero requests), or None when none of
+    them runs or is measured (replay: the usage model's current use; serving: per-pod container
+    metrics). The features use it to predict a new pod's use from its siblings'.
     """
 
     cpu_trend: np.ndarray
@@ -91,6 +120,9 @@ class Telemetry:
     mem_mean: np.ndarray | None = None
     mem_std: np.ndarray | None = None
     metrics_age_s: np.ndarray | None = None
+    cpu_peak: np.ndarray | None = None
+    mem_peak: np.ndarray | None = None
+    app_usage: Callable[[int], tuple[float, float] | None] | None = None
 
     @classmethod
     def zeros(cls, n: int) -> Telemetry:
@@ -109,6 +141,33 @@ class Features:
     use_measured: np.ndarray | None = None
 
 
+def cluster_use_ratios(state: ClusterState) -> tuple[float, float]:
+    """What the measured alive nodes use relative to the non-zero requests counted on them,
+    ``(CPU, memory)``; 1.0 for a resource no alive node measures (its use is its requests)."""
+    out = []
+    for used, req, measured in ((state.cpu_used, state.cpu_req_nz, state.cpu_measured),
+                                (state.mem_used, state.mem_req_nz, state.mem_measured)):
+        m = measured & state.alive
+        total = float(req[m].sum()) if m.any() else 0.0
+        out.append(min(float(used[m].sum()) / total, MAX_USE_RATIO) if total > 0 else 1.0)
+    return out[0], out[1]
+
+
+def expected_use_ratios(state: ClusterState, pod: Pod) -> tuple[float, float, bool, float, float]:
+    """A new pod's expected use relative to its (non-zero) requests, CPU and memory.
+
+    Its application's observed ratio (``telemetry.app_usage``) where its siblings run, else
+    the cluster's (:func:`cluster_use_ratios`). Returns ``(cpu, mem, from_app, cluster_cpu,
+    cluster_mem)``; ratios are clipped to ``[0, MAX_USE_RATIO]``."""
+    cluster_cpu, cluster_mem = cluster_use_ratios(state)
+    fn = getattr(state.telemetry, "app_usage", None)
+    seen = fn(pod.app) if fn is not None and pod.app >= 0 else None
+    if seen is None:
+        return cluster_cpu, cluster_mem, False, cluster_cpu, cluster_mem
+    cpu, mem = (min(max(float(x), 0.0), MAX_USE_RATIO) for x in seen)
+    return cpu, mem, True, cluster_cpu, cluster_mem
+
+
 class FeatureBuilder:
     """Builds policy inputs; ``typical`` are the training workload's typical pods."""
 
@@ -125,19 +184,21 @@ class FeatureBuilder:
             self._models[n] = FragmentationModel(self.typical, n)
         return self._models[n]
 
-    def pod_features(self, pod: Pod) -> np.ndarray:
+    def pod_features(self, pod: Pod, ratios: tuple[float, float, bool] = (1.0, 1.0, False)) -> np.ndarray:
+        """The pod's features; ``ratios`` is :func:`expected_use_ratios`' answer for it."""
         qos = np.zeros(4)
         qos[pod.qos] = 1.0
         return np.array([
             pod.cpu / MAX_SPEC_CPU, pod.mem / MAX_SPEC_MEM_MIB, pod.num_gpu / MAX_GPUS_PER_NODE,
             pod.gpu_milli / MILLI_PER_GPU, float(pod.is_gpu_share),
             float(pod.num_gpu > 0 and not pod.is_gpu_share), float(pod.num_gpu == 0), *qos,
-            float(pod.num_gpu > 0 and pod.spec_mask != 0),
+            float(pod.num_gpu > 0 and pod.spec_mask != 0), ratios[0], ratios[1], float(ratios[2]),
         ], dtype=np.float32)
 
     def build(self, state: ClusterState, pod: Pod, nodes: np.ndarray,
-              telemetry: Telemetry | None = None, n_feasible: int | None = None) -> Features:
-        """Features of the candidate ``nodes`` (node ids) for ``pod``."""
+              n_feasible: int | None = None) -> Features:
+        """Features of the candidate ``nodes`` (node ids) for ``pod``; live signals beyond
+        requests come from ``state.telemetry`` (zeros when it is None)."""
         nt = state.nodes
         k = len(nodes)
         cap_cpu = nt.cpu[nodes].astype(np.float64)
@@ -160,12 +221,16 @@ class FeatureBuilder:
         else:
             frag_removed = np.zeros(k)
             frag_before = np.zeros(k)
-        tel = telemetry or state.telemetry or Telemetry.zeros(len(nt))
+        tel = state.telemetry or Telemetry.zeros(len(nt))
         tags = state.gpu_tag_pods[nodes]
         same = tags[:, pod.gpu_tag] if pod.num_gpu else np.zeros(k)
         n_tagged = np.maximum(tags.sum(axis=1), 1)
         f_cpu_after = (cpu_left - pod.cpu) / cap_cpu
         f_mem_after = (mem_left - pod.mem) / cap_mem
+        load = node_load(state, nodes)
+        r_cpu, r_mem, app_seen, cluster_cpu, cluster_mem = expected_use_ratios(state, pod)
+        exp_cpu = pod.cpu_nonzero * r_cpu / cap_cpu  # the pod's expected use, share of the node
+        exp_mem = pod.mem_nonzero * r_mem / cap_mem
         cols = [
             cpu_left / cap_cpu, mem_left / cap_mem, gpu_left / gpu_cap, (n_gpu > 0).astype(float),
             n_gpu / MAX_GPUS_PER_NODE, cap_cpu / MAX_SPEC_CPU, cap_mem / MAX_SPEC_MEM_MIB,
@@ -182,6 +247,9 @@ class FeatureBuilder:
             (nt.disk_io[nodes] - state.io_req[nodes] - pod.disk_io) / np.maximum(nt.disk_io[nodes], 1.0),
             (nt.net[nodes] - state.net_req[nodes] - pod.net) / np.maximum(nt.net[nodes], 1.0),
             same / n_tagged, (tags.sum(axis=1) - same) / n_tagged,
+            load.cpu_mean, load.cpu_peak, load.cpu_mean + load.cpu_std, load.mem_mean, load.mem_peak,
+            HOT_THRESHOLD - (load.cpu_mean + exp_cpu), HOT_THRESHOLD - (load.cpu_peak + exp_cpu),
+            1.0 - (load.mem_peak + exp_mem), np.log1p(state.n_pods[nodes]) / 5.0,
         ]
         node_feats = np.ascontiguousarray(np.array(cols, dtype=np.float32).T)
         # All nodes are alive outside the simulator's node churn: a view then, not a copy.
@@ -199,11 +267,12 @@ class FeatureBuilder:
             state.mem_req[alive].sum() / max(nt.mem[alive].sum(), 1),
             (gpu_total - gpu_idle) / gpu_total if gpu_total else 0.0,
             frag_rate, float(u.mean()) if len(u) else 0.0, float(u.std()) if len(u) else 0.0,
-            np.log1p(tel.queue_len), (n_feasible if n_feasible is not None else k) / max(n_alive, 1),
-            np.log(max(n_alive, 1)) / 10.0,
+            np.log1p(max(tel.queue_len - 1, 0)),
+            (n_feasible if n_feasible is not None else k) / max(n_alive, 1),
+            np.log(max(n_alive, 1)) / 10.0, cluster_cpu, cluster_mem,
         ], dtype=np.float32)
-        measured = state.cpu_measured[nodes] & state.mem_measured[nodes]
-        return Features(node_feats, self.pod_features(pod), context, measured)
+        return Features(node_feats, self.pod_features(pod, (r_cpu, r_mem, app_seen)), context,
+                        load.measured)
 
     def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
         """The GPU(s) for ``pod`` on ``node``: FGD's rule for sharing pods when possible."""

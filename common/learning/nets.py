@@ -16,7 +16,11 @@ over ``WEIGHT_TERMS``: for each resource r in cpu, mem, io, net, gpu, a "free" t
 node's free share of r after placing the pod, as kube's LeastAllocated) and a "load" term
 (one minus it, as MostAllocated). Each candidate scores ``sum_k w_k * x_k(node)``, the
 weighted mean the default scheduler computes with fixed weights; here the weights change per
-pod, and an operator can read what it did ("pack GPUs, spread memory"). GPU terms get weight
+pod, and an operator can read what it did ("pack GPUs, spread memory"). Two risk terms per
+measured resource trade packing against hot spots: "cool" (the headroom the node keeps after
+the placement at its windowed peak use plus the pod's expected use: against the hot-node
+threshold for CPU, the ``cpu_peak_headroom_after`` feature, against capacity for memory,
+``mem_headroom_after``; clipped to [0, 1]) and "hot" (one minus it). GPU terms get weight
 0 on clusters without GPUs (their logits are masked). The critic (for TD3) scores a
 (summary, weights) pair.
 """
@@ -38,7 +42,10 @@ from fedsched.common.learning.features import (
 
 RESOURCES = ("cpu", "mem", "io", "net", "gpu")
 FREE_COLUMNS = tuple(NODE_FEATURES.index(f"{r}_after") for r in RESOURCES)
-WEIGHT_TERMS = tuple(f"{kind}_{r}" for kind in ("free", "load") for r in RESOURCES)
+RISK_RESOURCES = ("cpu", "mem")
+RISK_COLUMNS = (NODE_FEATURES.index("cpu_peak_headroom_after"), NODE_FEATURES.index("mem_headroom_after"))
+WEIGHT_TERMS = (*(f"{kind}_{r}" for kind in ("free", "load") for r in RESOURCES),
+                *(f"{kind}_{r}" for kind in ("cool", "hot") for r in RISK_RESOURCES))
 GPU_TERMS = np.array([t.endswith("_gpu") for t in WEIGHT_TERMS])
 N_SUMMARY = len(POD_FEATURES) + len(CONTEXT_FEATURES) + 2 * len(RESOURCES)
 
@@ -46,7 +53,8 @@ N_SUMMARY = len(POD_FEATURES) + len(CONTEXT_FEATURES) + 2 * len(RESOURCES)
 def weight_inputs(f: Features) -> tuple[np.ndarray, np.ndarray]:
     """(x[K, len(WEIGHT_TERMS)] per-node terms, summary[N_SUMMARY]) of one decision."""
     free = np.clip(f.nodes[:, FREE_COLUMNS], 0.0, 1.0)
-    x = np.concatenate([free, 1.0 - free], axis=1).astype(np.float32)
+    cool = np.clip(f.nodes[:, RISK_COLUMNS], 0.0, 1.0)
+    x = np.concatenate([free, 1.0 - free, cool, 1.0 - cool], axis=1).astype(np.float32)
     if len(free):
         pooled = np.concatenate([free.mean(axis=0), free.std(axis=0)])
     else:

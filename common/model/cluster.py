@@ -244,6 +244,7 @@ class ClusterState:
         # Pods per node by GPU tag (GpuClustering's affinity): column 0 counts GPU-sharing
         # pods ("share-gpu"), column k pods taking k whole GPUs ("k-gpu").
         self.gpu_tag_pods = np.zeros((n, MAX_GPUS_PER_NODE + 1), dtype=np.int64)
+        self.n_pods = np.zeros(n, dtype=np.int64)  # pods counted on each node (allocate - release)
         # Live signals beyond requests (a features.Telemetry: usage trends, overload and OOM
         # history, queue length), set by the replay simulator or by serving; None otherwise.
         self.telemetry = None
@@ -259,7 +260,7 @@ class ClusterState:
         c.nodes = self.nodes
         c.serial = next(_STATE_SERIAL)
         for k in ("cpu_req", "mem_req", "cpu_req_nz", "mem_req_nz", "io_req", "net_req", "gpu_exists",
-                  "gpu_free", "alive", "version", "gpu_tag_pods", "cpu_used", "mem_used",
+                  "gpu_free", "alive", "version", "gpu_tag_pods", "n_pods", "cpu_used", "mem_used",
                   "cpu_measured", "mem_measured"):
             setattr(c, k, getattr(self, k).copy())
         c.telemetry = self.telemetry
@@ -337,6 +338,7 @@ class ClusterState:
             self.gpu_free[node, g] -= pod.gpu_milli
         if pod.num_gpu:
             self.gpu_tag_pods[node, pod.gpu_tag] += 1
+        self.n_pods[node] += 1
         if not self.cpu_measured[node]:  # use = requests (class docstring)
             self.cpu_used[node] += pod.cpu
         if not self.mem_measured[node]:
@@ -358,6 +360,7 @@ class ClusterState:
             self.gpu_free[node, g] += pod.gpu_milli
         if pod.num_gpu:
             self.gpu_tag_pods[node, pod.gpu_tag] -= 1
+        self.n_pods[node] -= 1
         if not self.cpu_measured[node]:
             self.cpu_used[node] -= pod.cpu
         if not self.mem_measured[node]:

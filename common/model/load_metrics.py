@@ -70,7 +70,7 @@ class LoadMetricsConfig:
 
 
 class UsageWindow:
-    """Time-weighted mean of per-node samples over the last ``window_s`` seconds.
+    """Time-weighted mean (and deviation, peak) of per-node samples over the last ``window_s`` seconds.
 
     Each sample holds for its ``dt``; the oldest samples leave once the rest cover the
     window (whole samples: with ticks that do not divide the window the span is up to one
@@ -105,6 +105,15 @@ class UsageWindow:
         """Time-weighted mean over the window (zeros before the first sample)."""
         return self._sum / self._span if self._span > 0 else np.zeros_like(self._sum)
 
+    def peak(self) -> np.ndarray:
+        """Largest sample in the window, per entry (zeros before the first sample).
+
+        Computed on demand (a max over the stored samples), so a caller that needs it only at
+        some ticks pays only then."""
+        if not self._samples:
+            return np.zeros_like(self._sum)
+        return np.max(np.stack([v for _, v in self._samples]), axis=0)
+
     def std(self) -> np.ndarray:
         """Time-weighted population standard deviation over the window (needs ``with_std``)."""
         if self._sq is None:
@@ -130,6 +139,11 @@ class LoadMetrics:
         self.pod_time = self.contended_pod_time = 0.0
         self.frag_rate = self.frag_amount = self.stranded_cpu = self.stranded_mem = 0.0
         self._frag_time = 0.0
+        # Per node, cumulative: hot CPU seconds (single-pod ones included) and throttled CPU
+        # core-seconds; a node's outcome over an interval is the difference of two readings
+        # (the training environment's per-decision credit).
+        self.node_hot_s = np.zeros(n)
+        self.node_throttled = np.zeros(n)
 
     def tick(self, state: ClusterState, dt: float, cpu_demand: np.ndarray, pods_per_node: np.ndarray,
              max_pod_cpu: np.ndarray, frag_total: float | None = None, use: np.ndarray | None = None) -> None:
@@ -161,6 +175,8 @@ class LoadMetrics:
         over = cpu_demand - cap_cpu
         np.maximum(over, 0.0, out=over)
         self.throttled += dt * float(on_alive(over).sum()) / 1000.0
+        self.node_hot_s += dt * hot
+        self.node_throttled += (dt / 1000.0) * over
         self.pod_time += dt * float(on_alive(pods_per_node).sum())
         self.contended_pod_time += dt * float(pods_per_node[hot].sum())
         self.time += dt

@@ -51,7 +51,8 @@ REFERENCES: dict[str, type[Scheduler]] = {PreferHot.name: PreferHot}
 
 LEARNED = "learned"  # the name of the node-scoring policy shipped with fedsched
 LEARNED_TD3 = "learned-td3"  # the shipped TD3 weight policy (trained in replay mode)
-SHIPPED = {LEARNED: "default.pt", LEARNED_TD3: "td3-replay.pt"}
+LEARNED_ONLINE = "learned-online"  # the shipped online node-scoring policy (agent/learning/online.py)
+SHIPPED = {LEARNED: "default.pt", LEARNED_TD3: "td3-replay.pt", LEARNED_ONLINE: "online.pt"}
 
 
 def default_policy_path(name: str = LEARNED) -> Path:
@@ -107,6 +108,7 @@ def make_scheduler(name: str, ctx: SchedulerContext | None = None,
 __all__ = [
     "BASELINES",
     "LEARNED",
+    "LEARNED_ONLINE",
     "REFERENCES",
     "RESOLVERS",
     "BalancedAllocationArgs",

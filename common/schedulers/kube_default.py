@@ -1,10 +1,68 @@
-"""kube-scheduler's default profile in a resource-only simulation.
+"""kube-scheduler's default profile in a resource-only simulation, as Kubernetes v1.37.2 scores.
 
-Reference section 3: with no taints, affinities, spread constraints or images, the
-default profile's scores reduce to NodeResourcesFit (LeastAllocated, weight 1) plus
-NodeResourcesBalancedAllocation (weight 1); the framework sums ``score * weight`` and
-``selectHost`` picks the best node at random among ties. GPUs are an extended resource
-the default profile does not score; a sharing pod's GPU is the best-fitting one.
+The project pins Kubernetes v1.37.2 (``scripts/build_k8s.sh``); every reference below is a file
+of the module ``k8s.io/kubernetes@v1.37.2`` (``$(go env GOMODCACHE)``), under
+``pkg/scheduler/``.
+
+**Which plugins, which weights.** ``apis/config/v1/default_plugins.go`` (``getDefaultPlugins``)
+enables, with score weights: TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1,
+PodTopologySpread 2, InterPodAffinity 2, NodeResourcesBalancedAllocation 1, ImageLocality 1
+(the feature-gated additions, DynamicResources 2 and PodGroupPodsCount 1, score nothing here).
+In a cluster without taints, affinities, spread constraints, owners or images all but two are
+constant over the nodes or skip themselves in PreScore (TaintToleration normalises to 100 on
+every node, ImageLocality is 0), so the ranking is decided by
+``1 * NodeResourcesFit + 1 * NodeResourcesBalancedAllocation``. ``apis/config/v1/defaults.go``
+(``SetDefaults_NodeResourcesFitArgs``, ``SetDefaults_NodeResourcesBalancedAllocationArgs``):
+both score ``cpu`` and ``memory``, weight 1 each; Fit's strategy is ``LeastAllocated``; GPUs
+(``nvidia.com/gpu``, an extended resource) are not in either list. Neither plugin has a
+NormalizeScore (``ScoreExtensions() == nil``); ``framework/runtime/framework.go``
+(``normalizeScores``) sums ``score * weight`` over the plugins, and ``schedule_one.go``
+(``prioritizeNodes``, ``framework/sorted_nodes.go``) takes the best total, ties broken at random
+(here :func:`~fedsched.common.schedulers.base.place`). :meth:`KubeDefault.score` returns that
+total minus the node-independent constants, so its range is 50..200.
+
+**NodeResourcesFit, LeastAllocated** (``framework/plugins/noderesources/least_allocated.go``
+``leastResourceScorer`` / ``leastRequestedScore``; the inputs from ``resource_allocation.go``
+``calculateNodeAllocatableRequest`` with ``useRequested == false``)::
+
+    req_r = NonZeroRequested_r(node) + nonzero_request_r(pod)
+    s_r   = (cap_r - req_r) * 100 / cap_r        (0 if req_r > cap_r), integer division
+    fit   = (s_cpu * 1 + s_mem * 1) / (1 + 1)    integer division; a resource whose
+                                                 allocatable is 0 is left out of both sums
+                                                 (0 if none is left)
+
+Non-zero requests: a container with no cpu / memory request counts
+``schedutil.DefaultMilliCPURequest`` = 100 m and ``DefaultMemoryRequest`` = 200 MiB
+(``util/pod_resources.go``; ``framework/types.go`` ``getNonMissingContainerRequests`` for the
+node's ``NonZeroRequested``). Only a *missing* request is replaced; fedsched's pod model has no
+"explicit 0", a 0 is missing (``Pod.cpu_nonzero``, and ``pod_to_json`` omits it).
+
+**NodeResourcesBalancedAllocation** (``framework/plugins/noderesources/balanced_allocation.go``
+``balancedResourceScorer`` / ``balancedResourceScore``; ``useRequested == true``: the *actual*
+requests, no 100 m / 200 MiB defaults). Since Kubernetes 1.36 it scores the change in balance
+that the pod causes::
+
+    f_r(x)     = min(x_r / cap_r, 1)               float64; resources with cap_r == 0 left out
+    std(x)     = |f_cpu(x) - f_mem(x)| / 2          (two resources; 0 with fewer)
+    balance(x) = int64((1 - std(x)) * 100)          truncation, in 50..100
+    with    = balance(Requested(node) + request(pod))
+    without = balance(Requested(node))
+    balanced = 50 + (50 + with - without) / 2       integer division (the operand is 0..100)
+
+A best-effort pod (cpu and memory requests both 0) is skipped in PreScore (``isBestEffortPod``,
+kubernetes#129138): the plugin adds 0 on every node. The classic form of 1.23-1.35 was
+``balance(Requested(node) + request(pod))`` alone (50..100); fedsched's ``balanced-allocation``
+baseline (:mod:`fedsched.common.schedulers.balanced_allocation`) still implements that one.
+
+Units: fedsched counts memory in MiB and kube in bytes; both formulas only use ratios of
+integers (exact under the power-of-two scale) and 200 MiB is exact, so the numbers are kube's.
+
+Not modelled: OpportunisticBatching's reuse of the previous cycle's ranking for consecutive
+identical pods (``framework/runtime/batch.go``), DRA-backed extended resources, pod-level
+resources and the other plugins' scores beyond the constants above.
+
+GPUs are an extended resource the default profile does not score; a sharing pod's GPU is the
+best-fitting one (:meth:`Scheduler.select_gpus`).
 
 Arguments: none (an empty ``KubeDefaultArgs``). This is the *default* profile: plugin weights
 1 and 1 and NodeResourcesFit's default cpu / memory weights (1, 1). Other fit weights are
@@ -18,9 +76,64 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsched.common.model.cluster import ClusterState, Pod
-from fedsched.common.schedulers.balanced_allocation import balanced_allocation
 from fedsched.common.schedulers.base import Scheduler, SchedulerArgs
-from fedsched.common.schedulers.least_allocated import least_allocated
+
+MAX_NODE_SCORE = 100  # fwk.MaxNodeScore
+FIT_WEIGHT = 1  # default_plugins.go: NodeResourcesFit
+BALANCED_ALLOCATION_WEIGHT = 1  # default_plugins.go: NodeResourcesBalancedAllocation
+CPU_WEIGHT = MEMORY_WEIGHT = 1  # defaults.go: defaultResourceSpec
+
+
+def _least_requested(cap: np.ndarray, req: np.ndarray) -> np.ndarray:
+    """``leastRequestedScore``: ``(cap - req) * 100 / cap``, 0 if ``req > cap`` or ``cap == 0``."""
+    return np.maximum(cap - req, 0) * MAX_NODE_SCORE // np.maximum(cap, 1)
+
+
+def fit_least_allocated(state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
+    """NodeResourcesFit's LeastAllocated score (int64, 0..100), ``leastResourceScorer``."""
+    cap_cpu, cap_mem = state.nodes.cpu[nodes], state.nodes.mem[nodes]
+    s_cpu = _least_requested(cap_cpu, state.cpu_req_nz[nodes] + pod.cpu_nonzero)
+    s_mem = _least_requested(cap_mem, state.mem_req_nz[nodes] + pod.mem_nonzero)
+    score = (s_cpu * CPU_WEIGHT + s_mem * MEMORY_WEIGHT) // (CPU_WEIGHT + MEMORY_WEIGHT)  # all >= 0
+    no_cpu, no_mem = cap_cpu == 0, cap_mem == 0
+    if no_cpu.any() or no_mem.any():  # left out of both sums; none left: 0 (s_cpu = s_mem = 0)
+        score = np.where(no_cpu, s_mem, np.where(no_mem, s_cpu, score))
+    return score
+
+
+def balanced_resource_score(req_cpu: np.ndarray, req_mem: np.ndarray, cap_cpu: np.ndarray,
+                            cap_mem: np.ndarray) -> np.ndarray:
+    """``balancedResourceScore``: ``int64((1 - |f_cpu - f_mem| / 2) * 100)``, int64 50..100.
+
+    ``f = min(req / cap, 1)`` in float64; a resource with ``cap == 0`` is left out, and with fewer
+    than two fractions the deviation is 0 (score 100)."""
+    f_cpu = np.minimum(req_cpu / np.maximum(cap_cpu, 1), 1.0)
+    f_mem = np.minimum(req_mem / np.maximum(cap_mem, 1), 1.0)
+    std = np.abs(f_cpu - f_mem) / 2
+    missing = (cap_cpu == 0) | (cap_mem == 0)
+    if missing.any():
+        std = np.where(missing, 0.0, std)
+    return ((1 - std) * float(MAX_NODE_SCORE)).astype(np.int64)
+
+
+def balanced_allocation_v137(state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
+    """NodeResourcesBalancedAllocation of Kubernetes 1.36+ (``balancedResourceScorer``): int64,
+    ``50 + (50 + with_pod - without_pod) // 2`` (50..100); 0 everywhere for a best-effort pod."""
+    if pod.cpu == 0 and pod.mem == 0:
+        return np.zeros(len(nodes), dtype=np.int64)
+    cpu, mem = state.cpu_req[nodes], state.mem_req[nodes]
+    # Row 0 with the pod, row 1 without: one vectorised pass for both.
+    with_pod, without = balanced_resource_score(
+        np.stack((cpu + pod.cpu, cpu)), np.stack((mem + pod.mem, mem)),
+        state.nodes.cpu[nodes], state.nodes.mem[nodes])
+    half = MAX_NODE_SCORE // 2
+    return half + (half + with_pod - without) // 2  # the operand is in 0..100: Go's / is //
+
+
+def kube_default_scores(state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
+    """The default profile's weighted sum (int64, 50..200; 0..100 for a best-effort pod)."""
+    return (FIT_WEIGHT * fit_least_allocated(state, pod, nodes)
+            + BALANCED_ALLOCATION_WEIGHT * balanced_allocation_v137(state, pod, nodes))
 
 
 @dataclass(frozen=True)
@@ -33,5 +146,4 @@ class KubeDefault(Scheduler):
     Args = KubeDefaultArgs
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
-        return (least_allocated(state, pod, nodes) + balanced_allocation(state, pod, nodes)).astype(
-            np.float64)
+        return kube_default_scores(state, pod, nodes).astype(np.float64)

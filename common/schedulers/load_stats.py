@@ -4,12 +4,13 @@ Trimaran's LoadVariationRiskBalancing scores the windowed mean and standard devi
 node's utilisation; Koordinator's LoadAware the latest usage and how old it is. Both come from
 ``state.telemetry`` (a :class:`fedsched.common.learning.features.Telemetry`, read here by its
 field names only: schedulers never import the learning package) when the source has them:
-``cpu_mean`` / ``cpu_std`` / ``mem_mean`` / ``mem_std`` (fractions of capacity) and
-``metrics_age_s`` (seconds).
+``cpu_mean`` / ``cpu_std`` / ``mem_mean`` / ``mem_std`` / ``cpu_peak`` / ``mem_peak``
+(fractions of capacity; the peak is the window's largest sample) and ``metrics_age_s`` (seconds).
 
 Fallbacks, per field and per node: a field that is None (packing mode, the replay simulator,
 serving without telemetry) or a NaN entry (a node Prometheus has no value for) gives the mean
-``state.cpu_used / capacity`` (``mem_used`` for memory), the deviation 0 and the age 0 (fresh).
+``state.cpu_used / capacity`` (``mem_used`` for memory), the deviation 0, the peak the mean's
+value and the age 0 (fresh).
 An age of ``inf`` stays: the source has never had a sample of the node (both upstream plugins
 give a node without metrics their minimum score). A node without capacity of a resource has
 mean 0 for it.
@@ -38,6 +39,8 @@ class NodeLoad:
     cpu_std: np.ndarray
     mem_mean: np.ndarray
     mem_std: np.ndarray
+    cpu_peak: np.ndarray
+    mem_peak: np.ndarray
     age_s: np.ndarray  # seconds since the node's newest sample at the last refresh (0: fresh, inf: none)
     measured: np.ndarray  # bool: CPU and memory use measured (False: requests stand in)
 
@@ -62,11 +65,16 @@ def node_load(state: ClusterState, nodes: np.ndarray) -> NodeLoad:
     cpu_now = _fraction(state.cpu_used[nodes], nt.cpu[nodes].astype(np.float64))
     mem_now = _fraction(state.mem_used[nodes], nt.mem[nodes].astype(np.float64))
     zero = np.zeros(len(nodes))
+    cpu_mean = _field(state, "cpu_mean", nodes, cpu_now)
+    mem_mean = _field(state, "mem_mean", nodes, mem_now)
     return NodeLoad(
-        cpu_mean=_field(state, "cpu_mean", nodes, cpu_now),
+        cpu_mean=cpu_mean,
         cpu_std=_field(state, "cpu_std", nodes, zero),
-        mem_mean=_field(state, "mem_mean", nodes, mem_now),
+        mem_mean=mem_mean,
         mem_std=_field(state, "mem_std", nodes, zero),
+        # never below the mean (a peak older than the mean's window, or a NaN peak beside a mean)
+        cpu_peak=np.maximum(_field(state, "cpu_peak", nodes, cpu_mean), cpu_mean),
+        mem_peak=np.maximum(_field(state, "mem_peak", nodes, mem_mean), mem_mean),
         age_s=_field(state, "metrics_age_s", nodes, zero),
         measured=state.cpu_measured[nodes] & state.mem_measured[nodes],
     )

@@ -107,7 +107,10 @@ class Oracle(Scheduler):
 
     def attach_simulator(self, sim: ReplaySimulator) -> None:
         """Called by ``run_replay`` before the first decision: the simulator, the memory guard
-        and the workload's mean CPU use per requested CPU (``L_cpu``)."""
+        and the workload's mean CPU use per requested CPU (``L_cpu``). Attaching the attached
+        simulator again does nothing (a teacher switching between environments re-attaches)."""
+        if sim is self.sim:
+            return
         self.sim = sim
         a = self.args
         self.mem_guard = float(sim.config.overload_threshold) if a.mem_guard is None else a.mem_guard

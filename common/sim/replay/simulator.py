@@ -144,7 +144,8 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         # state (the arrays are node_stats' own, updated in place).
         ns = self.node_stats
         self._telemetry = Telemetry(ns.cpu_trend, ns.mem_trend, ns.overloaded, ns.overload_count,
-                                    ns.oom_count)
+                                    ns.oom_count, app_usage=self.app_usage)
+        self._peak_stale = False
         self.state.telemetry = self._telemetry
         self._node_pods: list[set[int]] = [set() for _ in range(n_nodes)]
         # Online metrics (common/model/load_metrics.py) and the windowed per-node statistics
@@ -285,7 +286,11 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
                 self.feasible_mask = mask
             self._current = p
             counters["decisions"] += 1
-            self._telemetry.queue_len = len(self._pending)
+            tel = self._telemetry
+            tel.queue_len = len(self._pending)
+            if self._peak_stale:
+                tel.cpu_peak, tel.mem_peak = self._stats.peak()
+                self._peak_stale = False
             return pod, self.state
         self._done = True
         if end < math.inf:
@@ -293,6 +298,10 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         if self.progress is not None:
             self.progress(self.n_arrived, n_arr)
         return None
+
+    def oom_kills_of(self, pod: int) -> int:
+        """OOM kills of pod ``pod`` (PodTable row) so far."""
+        return self._oom_kills[pod]
 
     def bind(self, placement: Placement) -> None:
         """Apply the decision for the pod last returned by :meth:`next_pod`.
@@ -507,6 +516,7 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         tel = self._telemetry
         tel.cpu_mean, tel.mem_mean = self._stats.add(dt, use)
         tel.cpu_std, tel.mem_std = self._stats.std()
+        self._peak_stale = True  # the window's peak is computed when a decision needs it
         if tel.metrics_age_s is None:
             tel.metrics_age_s = np.zeros(n)  # simulated telemetry is always fresh
 

@@ -258,6 +258,13 @@ class UsageMixin:
         dense = dense.ravel() - int(len(codes) > 0 and codes[0] < 0)  # known codes as 0..n_apps-1
         n_apps = int((codes >= 0).sum())
         own = np.where(known, dense, n_apps + np.arange(n_pods))
+        # Observed use per application (app_usage): dense code of each pod (-1: none), the
+        # non-zero requests it is measured against, and the cache of the per-app sums.
+        self._app_dense = np.where(known, dense, -1)
+        self._app_code = {int(c): i for i, c in enumerate(codes[codes >= 0].tolist())}
+        self._req_nz = np.stack([cpu_nz, mem_nz])
+        self._n_apps = n_apps
+        self._app_sums: tuple[np.ndarray, np.ndarray] | None = None
         rho_cm = cfg.usage_cpu_mem_corr
         z_app = g_work.standard_normal((2, n_apps + n_pods))
         z_pod = g_work.standard_normal((2, n_pods))
@@ -301,8 +308,38 @@ class UsageMixin:
         self._slot = [-1] * n_pods  # slot of a running pod, -1 when not running
         self._n_active = 0
 
+    def running_use(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(pod rows, CPU milli, memory MiB)`` of the running pods now: what per-pod container
+        metrics would show (copies)."""
+        k = self._n_active
+        return self._s_pod[:k].copy(), self._sf[_CUR, :k].copy(), self._sf[_CUR + 1, :k].copy()
+
+    def app_usage(self, app: int) -> tuple[float, float] | None:
+        """Observed (CPU, memory) use / non-zero request of application ``app``'s running pods
+        (``Pod.app`` code), None when none runs: what per-pod container metrics would show a
+        real cluster (``Telemetry.app_usage``)."""
+        i = self._app_code.get(app)
+        if i is None:
+            return None
+        if self._app_sums is None:
+            k = self._n_active
+            d = self._app_dense[self._s_pod[:k]]
+            keep = d >= 0
+            d = d[keep]
+            cur = self._sf[_CUR:_CUR + 2, :k][:, keep]
+            req = self._req_nz[:, self._s_pod[:k][keep]]
+            n = self._n_apps
+            use = np.stack([np.bincount(d, weights=cur[r], minlength=n) for r in (0, 1)])
+            tot = np.stack([np.bincount(d, weights=req[r], minlength=n) for r in (0, 1)])
+            self._app_sums = (use, tot)
+        use, tot = self._app_sums
+        if tot[0, i] <= 0:
+            return None
+        return float(use[0, i] / tot[0, i]), float(use[1, i] / tot[1, i])
+
     def _start_usage(self, p: int) -> None:
         """Pod ``p`` (bound to ``_node[p]``) starts running: give it a slot, evaluate its use."""
+        self._app_sums = None
         n = self._node[p]
         k = self._n_active
         self._n_active = k + 1
@@ -331,6 +368,7 @@ class UsageMixin:
         k = self._slot[p]
         if k < 0:
             return False
+        self._app_sums = None
         n = self._node[p]
         sf = self._sf
         cu, mu = float(sf[_CUR, k]), float(sf[_CUR + 1, k])
@@ -360,6 +398,7 @@ class UsageMixin:
         cfg, s, ns = self.config, self.state, self.node_stats
         now = self.now
         k = self._n_active
+        self._app_sums = None
         n_nodes = len(s.alive)
         if k:
             sf = self._sf

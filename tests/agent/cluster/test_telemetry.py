@@ -5,12 +5,14 @@ counters follow a utilisation the test sets; the real ``prometheus`` binary scra
 second and evaluates the recording rules of ``agent/prometheus/recording-rules.yaml``;
 :class:`PrometheusTelemetry` reads the result through the HTTP API. The shared server runs the
 shipped rules with their range selectors shortened from 5m to a few seconds (the only change)
-so that values converge in seconds; one test runs the shipped file unchanged. Skips only when
-the ``prometheus`` binary is missing.
+so that values converge in seconds; one test runs the shipped file unchanged. A simulated
+kubelet (``KubeletSim``) publishes cAdvisor's per-container series beside them, for the per-pod
+queries. Skips only when the ``prometheus`` binary is missing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import socket
 import subprocess
@@ -22,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from fedsched.agent.cluster.cache import ClusterCache
 from fedsched.agent.cluster.telemetry import (
+    POD_RATE_WINDOW,
     QUERIES,
     STATS_WINDOW,
     NodeUsage,
@@ -37,8 +41,10 @@ from tests.prometheus_support import (
     PROMTOOL,
     RANGE_RE,
     RULES_FILE,
+    KubeletSim,
     NodeExporterSim,
     PrometheusServer,
+    SimContainer,
     close_to,
     free_port,
     rules_with_window,
@@ -61,6 +67,30 @@ NODES: dict[str, dict] = {
     "node-e": {"cpu": 0.30, "mem": 0.40, "disk_mbs": 5.0, "net_mbits": 50.0, "cpus": 4},
 }
 STATS_TEST_WINDOW = "8s"  # the window of the mean / deviation queries in the test (Trimaran: 15m)
+POD_TEST_WINDOW = "5s"  # the per-pod CPU rate window in the test (production: 5m)
+MIB = 2**20
+# What the simulated kubelet runs: (namespace, pod) -> containers. Two replicas of the fixture's
+# Deployment ``web`` (tests/data/k8s/pods.json), its namesake in another namespace and a pod
+# with two containers; each pod also has a sandbox and a pod-level cgroup series that must not count.
+KUBELET_PODS: dict[tuple[str, str], dict[str, SimContainer]] = {
+    ("shop", "web-7d9c5b6f8-m4kqt"): {"web": SimContainer(0.25, 256 * MIB)},
+    ("shop", "web-7d9c5b6f8-two22"): {"web": SimContainer(1.0, 768 * MIB)},
+    ("staging", "web-7d9c5b6f8-m4kqt"): {"web": SimContainer(3.0, 3072 * MIB)},
+    ("batch", "etl-nightly-28930860-q9wzl"): {"etl": SimContainer(0.8, 1024 * MIB),
+                                              "log-shipper": SimContainer(0.2, 64 * MIB)},
+}
+
+
+def pod_totals(pods: dict[tuple[str, str], dict[str, SimContainer]]) -> dict:
+    return {k: (sum(c.cores for c in cs.values()), sum(c.mem_bytes for c in cs.values()))
+            for k, cs in pods.items()}
+
+
+def pods_match(snap: TelemetrySnapshot, want: dict[tuple[str, str], tuple[float, float]]) -> bool:
+    """The snapshot's pods are exactly ``want``: CPU within 3%, memory exact."""
+    return (snap.up and set(snap.pods) == set(want)
+            and all(close_to(snap.pods[k][0], c, 0.03, 0.005) and snap.pods[k][1] == m
+                    for k, (c, m) in want.items()))
 
 
 def mismatch(u: NodeUsage, want: dict[str, float], now: float) -> str:
@@ -116,13 +146,23 @@ def query_requests(prom: PrometheusServer) -> float:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeExporterSim, PrometheusServer]]:
-    """Four simulated nodes scraped by one Prometheus that runs the short-window rules."""
+def kubelet() -> Iterator[KubeletSim]:
+    with KubeletSim("node-a") as k:
+        for (ns, pod), containers in KUBELET_PODS.items():
+            k.set_pod(ns, pod, **containers)
+        yield k
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory,
+            kubelet: KubeletSim) -> Iterator[tuple[NodeExporterSim, PrometheusServer]]:
+    """Five simulated nodes and a kubelet scraped by one Prometheus that runs the short-window rules."""
     with NodeExporterSim() as sim:
         for name, load in NODES.items():
             sim.add_node(name, **load)
         rules = rules_with_window(RULES_FILE.read_text(), TEST_WINDOW)
-        with running_prometheus(tmp_path_factory.mktemp("prometheus"), [sim.scrape_config()], rules) as prom:
+        with running_prometheus(tmp_path_factory.mktemp("prometheus"),
+                                [sim.scrape_config(), kubelet.scrape_config()], rules) as prom:
             yield sim, prom
 
 
@@ -161,7 +201,28 @@ def test_windowed_statistics_queries() -> None:
         with pytest.raises(ValueError, match="stats_window must be a PromQL duration"):
             PrometheusTelemetry("http://localhost:9090", stats_window=bad)
     u = NodeUsage(0.1, 0.2, 3.0, 4.0, 5.0)  # the positional form callers use keeps working
-    assert all(math.isnan(x) for x in (u.cpu_mean, u.cpu_std, u.mem_mean, u.mem_std))
+    assert all(math.isnan(x) for x in (u.cpu_mean, u.cpu_std, u.mem_mean, u.mem_std, u.cpu_peak, u.mem_peak))
+
+
+def test_peak_and_per_pod_queries() -> None:
+    """The windowed peaks (max_over_time, same window) and cAdvisor's per-pod CPU and memory."""
+    assert QUERIES["cpu_peak"] == "max by (instance, node) (max_over_time(instance:node_cpu:ratio[15m]))"
+    assert QUERIES["mem_peak"] == ("max by (instance, node) "
+                                   "(max_over_time(instance:node_memory_utilisation:ratio[15m]))")
+    assert POD_RATE_WINDOW == "5m"
+    assert QUERIES["pod_cpu"] == ('sum by (namespace, pod) '
+                                  '(rate(container_cpu_usage_seconds_total{container!="",image!=""}[5m]))')
+    assert QUERIES["pod_mem"] == ('sum by (namespace, pod) '
+                                  '(container_memory_working_set_bytes{container!="",image!=""})')
+    assert list(QUERIES)[-2:] == ["pod_cpu", "pod_mem"]  # after the node queries
+    short = queries("8s", "30s")
+    assert short["cpu_peak"].endswith("(max_over_time(instance:node_cpu:ratio[8s]))")
+    assert short["pod_cpu"] == QUERIES["pod_cpu"].replace("[5m]", "[30s]")
+    assert short["pod_mem"] == QUERIES["pod_mem"]
+    with pytest.raises(ValueError, match="pod_rate_window must be a PromQL duration"):
+        PrometheusTelemetry("http://localhost:9090", pod_rate_window="5")
+    s = TelemetrySnapshot(True, 1.0, {})  # the positional form callers use keeps working
+    assert s.pods == {} and s.pods_error == ""
 
 
 def test_unreachable_url_is_down_and_never_raises() -> None:
@@ -242,16 +303,26 @@ def test_windowed_statistics(cluster: tuple[NodeExporterSim, PrometheusServer]) 
 
     # a constant load: the mean is the load, the deviation ~0 (memory is an exact gauge ratio)
     steady = wait_for(lambda: stats(lambda u: close_to(u.mem_mean, 0.40, 0.0, 0.002) and u.mem_std < 0.002
-                                    and close_to(u.cpu_mean, 0.30, 0.0, 0.03) and 0 <= u.cpu_std < 0.03),
+                                    and close_to(u.cpu_mean, 0.30, 0.0, 0.03) and 0 <= u.cpu_std < 0.03
+                                    and close_to(u.mem_peak, 0.40, 0.0, 0.002)),
                       window_s + 10.0, what="steady windowed statistics")
     assert steady.mem_ratio == pytest.approx(0.40, abs=0.002)
-    # memory steps 0.40 -> 0.80: while the window holds both, the mean lies between and std > 0
+    assert steady.cpu_mean <= steady.cpu_peak < steady.cpu_mean + 0.05
+    # memory steps 0.40 -> 0.80: while the window holds both, the mean lies between and std > 0;
+    # the peak is the new level at once
     sim.set("node-e", mem=0.80)
     mixed = wait_for(lambda: stats(lambda u: 0.45 < u.mem_mean < 0.75 and u.mem_std > 0.05),
                      window_s + 5.0, what="a window straddling the step")
     assert mixed.mem_std <= 0.2 + 1e-9  # the largest std of a mix of 0.4 and 0.8
-    # once the window has passed the step: the new level, no deviation
-    wait_for(lambda: stats(lambda u: close_to(u.mem_mean, 0.80, 0.0, 0.002) and u.mem_std < 0.002),
+    assert mixed.mem_peak == pytest.approx(0.80, abs=0.002)
+    # ... and back down 0.80 -> 0.40: the peak holds the window's largest sample
+    sim.set("node-e", mem=0.40)
+    down = wait_for(lambda: stats(lambda u: close_to(u.mem_ratio, 0.40, 0.0, 0.002)), 5.0, what="step down")
+    assert down.mem_peak == pytest.approx(0.80, abs=0.002)
+    sim.set("node-e", mem=0.80)
+    # once the window has passed the steps: the new level, no deviation, the peak the level
+    wait_for(lambda: stats(lambda u: close_to(u.mem_mean, 0.80, 0.0, 0.002) and u.mem_std < 0.002
+                           and close_to(u.mem_peak, 0.80, 0.0, 0.002)),
              window_s + 10.0, what="windowed statistics of the new level")
     # one HTTP round trip per query, the statistics included
     before = query_requests(prom)
@@ -329,6 +400,7 @@ def test_shipped_rules_then_prometheus_stops(tmp_path: Path) -> None:
                 return s if ok else None
 
             last = wait_for(ready, CONVERGE_S, what="shipped rules evaluated for both nodes")
+            assert last.pods == {} and last.pods_error == ""  # no cAdvisor here: no pods, no error
             groups = prom.api("rules")["groups"]
             rules = {r["name"]: r for g in groups for r in g["rules"]}
             assert set(rules) == {"instance:node_cpu:ratio", "instance:node_memory_utilisation:ratio"}
@@ -346,4 +418,114 @@ def test_shipped_rules_then_prometheus_stops(tmp_path: Path) -> None:
                 snap = tel.refresh()
                 assert snap.up is False and snap.error
                 assert snap.nodes == last.nodes and snap.fetched_at == last.fetched_at
+                assert snap.pods is last.pods
             assert tel.snapshot is snap
+
+
+# ---- per-pod use (cAdvisor) against the real Prometheus --------------------------------------------
+def converge_pods(tel: PrometheusTelemetry, want: dict[tuple[str, str], tuple[float, float]],
+                  timeout: float = CONVERGE_S) -> TelemetrySnapshot:
+    def matching() -> TelemetrySnapshot | None:
+        snap = tel.refresh()
+        return snap if pods_match(snap, want) else None
+
+    try:
+        return wait_for(matching, timeout, what="per-pod use matching the kubelet")
+    except TimeoutError as exc:
+        got = tel.snapshot
+        raise AssertionError(f"{exc}: got {got.pods} ({got.pods_error!r}), want {want}") from None
+
+
+@contextlib.contextmanager
+def kubelet_restored(kubelet: KubeletSim) -> Iterator[KubeletSim]:
+    """Give the shared kubelet back with :data:`KUBELET_PODS` as they were."""
+    try:
+        yield kubelet
+    finally:
+        for (ns, pod), containers in KUBELET_PODS.items():
+            kubelet.set_pod(ns, pod, **containers)
+
+
+@needs_prometheus
+def test_pod_usage_matches_the_kubelet(cluster: tuple[NodeExporterSim, PrometheusServer],
+                                       kubelet: KubeletSim) -> None:
+    """Per pod, the sum of its containers: the sandbox, the pod's cgroup, the root cgroup and the
+    /metrics/resource copies are left out (memory is exact, so any of them would show)."""
+    _sim, prom = cluster
+    tel = PrometheusTelemetry(prom.url, pod_rate_window=POD_TEST_WINDOW)
+    want = pod_totals(KUBELET_PODS)
+    snap = converge_pods(tel, want)
+    assert snap.pods_error == "" and {"node-a", "node-b"} <= set(snap.nodes)  # node telemetry as before
+    assert snap.pods[("batch", "etl-nightly-28930860-q9wzl")][1] == (1024 + 64) * MIB  # two containers
+    # one HTTP round trip per query, the per-pod ones included
+    before = query_requests(prom)
+    assert tel.refresh().up
+    assert query_requests(prom) - before == len(QUERIES)
+    # the production window: memory exact at once, the 5m rate an underestimate over this young series
+    prod = PrometheusTelemetry(prom.url).refresh()
+    for key, (cores, mem) in want.items():
+        assert prod.pods[key][1] == mem
+        assert 0.0 < prod.pods[key][0] <= 1.05 * cores
+    with kubelet_restored(kubelet):
+        kubelet.set_pod("shop", "web-7d9c5b6f8-two22", web=SimContainer(0.5, 512 * MIB))
+        kubelet.remove_pod("batch", "etl-nightly-28930860-q9wzl")
+        changed = {k: v for k, v in want.items() if k[0] != "batch"}
+        changed[("shop", "web-7d9c5b6f8-two22")] = (0.5, 512 * MIB)
+        converge_pods(tel, changed, timeout=15.0)
+    converge_pods(tel, want, timeout=15.0)
+
+
+@needs_prometheus
+def test_pod_usage_feeds_the_cache_app_ratios(cluster: tuple[NodeExporterSim, PrometheusServer],
+                                              kubelet: KubeletSim) -> None:
+    """Prometheus -> PrometheusTelemetry -> ClusterCache.apply_telemetry -> Telemetry.app_usage."""
+    import copy
+    import json
+
+    from tests.paths import TEST_DATA
+
+    _sim, prom = cluster
+    nodes = json.loads((TEST_DATA / "k8s" / "nodes.json").read_text())["items"]
+    pods = json.loads((TEST_DATA / "k8s" / "pods.json").read_text())["items"]
+    web = next(p for p in pods if p["metadata"]["name"] == "web-7d9c5b6f8-m4kqt")
+    web2 = copy.deepcopy(web)
+    web2["metadata"].update(name="web-7d9c5b6f8-two22", uid="uid-web-two")
+    web2["spec"]["nodeName"] = "cpu-node-b"
+    web2["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1500m", "memory": "1536Mi"}
+    cache = ClusterCache()
+    cache.replace_all(nodes, [*pods, web2])
+    code = {b.ref[1]: b.pod.app for b in cache.pods.values()}
+    tel = PrometheusTelemetry(prom.url, pod_rate_window=POD_TEST_WINDOW, on_update=cache.apply_telemetry)
+    cache.apply_telemetry(converge_pods(tel, pod_totals(KUBELET_PODS)))
+    usage = cache.telemetry.app_usage
+    # web: (250 + 1000) m / (500 + 1500) m and (256 + 768) MiB / (512 + 1536) MiB; the namesake
+    # pod in "staging" is no pod of the cache's
+    assert usage(code["web-7d9c5b6f8-m4kqt"]) == (pytest.approx(0.625, rel=0.03),
+                                                  pytest.approx(0.5, rel=1e-12))
+    # etl (requests 2000m / 4096Mi): (800 + 200) m, (1024 + 64) MiB
+    assert usage(code["etl-nightly-28930860-q9wzl"]) == (pytest.approx(0.5, rel=0.03),
+                                                         pytest.approx(1088 / 4096, rel=1e-12))
+    assert usage(code["redis-0"]) is None  # running, but the kubelet has no series of it
+
+
+@needs_prometheus
+def test_failing_pod_queries_leave_node_telemetry_up(cluster: tuple[NodeExporterSim, PrometheusServer],
+                                                     kubelet: KubeletSim,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _sim, prom = cluster
+    tel = PrometheusTelemetry(prom.url, pod_rate_window=POD_TEST_WINDOW)
+    good = converge_pods(tel, pod_totals(KUBELET_PODS))
+    real = tel._prom.custom_query
+
+    def refusing(query: str, *args, **kwargs):
+        if "container_" in query:
+            raise RuntimeError("per-pod query refused")
+        return real(query, *args, **kwargs)
+
+    monkeypatch.setattr(tel._prom, "custom_query", refusing)
+    snap = tel.refresh()
+    assert snap.up and snap.error == "" and {"node-a", "node-b"} <= set(snap.nodes)
+    assert snap.pods is good.pods and "per-pod query refused" in snap.pods_error
+    monkeypatch.undo()
+    again = tel.refresh()
+    assert again.up and again.pods_error == "" and set(again.pods) == set(good.pods)

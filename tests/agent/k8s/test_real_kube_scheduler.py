@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +56,8 @@ from fedsched.agent.serving.model_store import ModelStore
 from fedsched.common.learning.features import Telemetry
 from fedsched.common.model.cluster import USE_REQUESTS, ClusterState, NodeTable, Pod, PodTable
 from fedsched.common.model.traces import builtin_trace, fits_somewhere, load_nodes, load_pods, slice_cluster
-from fedsched.common.schedulers import default_policy_path
+from fedsched.common.schedulers import BalancedAllocation, KubeDefault, LeastAllocated, default_policy_path
 from fedsched.common.schedulers.base import place
-from fedsched.common.schedulers.least_allocated import least_allocated_scores
 from fedsched.common.security import certs
 from tests.agent.k8s.extender_recorder import ExtenderRecorder, recording
 from tests.agent.serving.test_scheduler_config import DELETE, mutated
@@ -616,8 +615,8 @@ def test_with_the_extender_down_kube_scheduler_binds_by_its_own_scores(cluster: 
     """``ignorable: true``: with the agent unreachable (the relay closed: connection refused) the
     filter error is skipped and prioritize has no extender score, so kube-scheduler's two score
     plugins decide alone and no pod stays pending. Pods go one at a time so that each binding can
-    be replayed: it is the argmax of NodeResourcesFit (LeastAllocated) + BalancedAllocation as
-    Kubernetes 1.37 scores them."""
+    be replayed: it is the argmax of the project's KubeDefault (NodeResourcesFit LeastAllocated +
+    BalancedAllocation as Kubernetes v1.37.2 scores them, ``common/schedulers/kube_default.py``)."""
     c = cluster
     with fedsched_stack(c, tmp_path) as st:
         st.recorder.stop()
@@ -638,31 +637,25 @@ def test_with_the_extender_down_kube_scheduler_binds_by_its_own_scores(cluster: 
         log = st.scheduler.log_text()
         assert "Skipping extender as it returned error and has ignorable flag set" in log
         assert "connection refused" in log
-        print(f"\nextender down: 30/30 bindings = kube 1.37's scores; the classic BalancedAllocation "
-              f"(the project's KubeDefault) agrees on {agree_classic}/30")
+        print(f"\nextender down: 30/30 bindings = KubeDefault's (v1.37.2) best; the classic "
+              f"BalancedAllocation of 1.23-1.35 (balanced-allocation baseline) agrees on {agree_classic}/30")
 
 
 # ---- kube-scheduler's own accounting and scoring (Kubernetes 1.37) ---------------------------
 
 @dataclass
 class KubeNodeView:
-    """What kube-scheduler's cache books per node: requests (NodeInfo.Requested), non-zero
-    requests (100m / 200 MiB for a container without, NonZeroRequested) and whole
-    ``nvidia.com/gpu``; GPU shares are annotations it knows nothing of."""
+    """What kube-scheduler's cache books per node: requests (NodeInfo.Requested) and non-zero
+    requests (100m / 200 MiB for a container without, NonZeroRequested), held in a ClusterState
+    booked with cpu and memory only, and whole ``nvidia.com/gpu``; GPU shares are annotations it
+    knows nothing of."""
 
-    cpu: np.ndarray
-    mem: np.ndarray
-    gpu: np.ndarray
-    req_cpu: np.ndarray
-    req_mem: np.ndarray
-    nz_cpu: np.ndarray
-    nz_mem: np.ndarray
+    state: ClusterState
     gpus: np.ndarray
 
     @classmethod
     def of(cls, nodes: NodeTable) -> KubeNodeView:
-        z = np.zeros(len(nodes), dtype=np.int64)
-        return cls(nodes.cpu.copy(), nodes.mem.copy(), nodes.gpu.copy(), *(z.copy() for _ in range(5)))
+        return cls(ClusterState(nodes, use_source=USE_REQUESTS), np.zeros(len(nodes), dtype=np.int64))
 
     @staticmethod
     def whole_gpus(pod: Pod) -> int:
@@ -670,31 +663,19 @@ class KubeNodeView:
 
     def feasible(self, pod: Pod) -> np.ndarray:
         """NodeResourcesFit's filter."""
-        return ((self.req_cpu + pod.cpu <= self.cpu) & (self.req_mem + pod.mem <= self.mem)
-                & (self.gpus + self.whole_gpus(pod) <= self.gpu))
+        s = self.state
+        return ((s.cpu_req + pod.cpu <= s.nodes.cpu) & (s.mem_req + pod.mem <= s.nodes.mem)
+                & (self.gpus + self.whole_gpus(pod) <= s.nodes.gpu))
 
     def book(self, j: int, pod: Pod) -> None:
-        self.req_cpu[j] += pod.cpu
-        self.req_mem[j] += pod.mem
-        self.nz_cpu[j] += pod.cpu_nonzero
-        self.nz_mem[j] += pod.mem_nonzero
+        self.state.allocate(j, replace(pod, num_gpu=0, gpu_milli=0), ())  # cpu, memory
         self.gpus[j] += self.whole_gpus(pod)
 
     def scores(self, pod: Pod, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(LeastAllocated + BalancedAllocation as Kubernetes 1.36+ scores them, the same with the
-        classic BalancedAllocation of 1.23-1.35). LeastAllocated: the mean of
-        ``(cap - req) * 100 / cap`` over CPU and memory with non-zero requests
-        (least_allocated.go). BalancedAllocation now scores the change in balance,
-        ``50 + (50 + with_pod - without_pod) / 2`` of ``int((1 - |f_cpu - f_mem| / 2) * 100)``,
-        ``f = min(requested / allocatable, 1)`` (balanced_allocation.go)."""
-        cpu, mem = self.cpu[nodes], self.mem[nodes]
-        least = (least_allocated_scores(cpu, self.nz_cpu[nodes] + pod.cpu_nonzero)
-                 + least_allocated_scores(mem, self.nz_mem[nodes] + pod.mem_nonzero)) // 2
-
-        def balance(rc: np.ndarray, rm: np.ndarray) -> np.ndarray:
-            f_cpu, f_mem = np.minimum(rc / cpu, 1.0), np.minimum(rm / mem, 1.0)
-            return ((1.0 - np.abs(f_cpu - f_mem) / 2) * 100).astype(np.int64)
-
-        with_pod = balance(self.req_cpu[nodes] + pod.cpu, self.req_mem[nodes] + pod.mem)
-        without = balance(self.req_cpu[nodes], self.req_mem[nodes])
-        return least + 50 + (50 + with_pod - without) // 2, least + with_pod
+        """(the project's :class:`KubeDefault`: NodeResourcesFit LeastAllocated + BalancedAllocation
+        as Kubernetes v1.37.2 scores them, the classic form of 1.23-1.35 for comparison:
+        LeastAllocated + the ``balanced-allocation`` baseline, which scores the balance with the
+        pod alone instead of its change)."""
+        s = self.state
+        classic = LeastAllocated().score(s, pod, nodes) + BalancedAllocation().score(s, pod, nodes)
+        return KubeDefault().score(s, pod, nodes), classic

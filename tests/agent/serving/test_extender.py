@@ -405,3 +405,23 @@ def test_mutual_tls_requires_a_client_certificate_from_our_ca(openb, tmp_path):
     finally:
         server.stop()
         decider.close()
+
+
+def test_filter_refuses_nodes_where_only_the_agents_gpu_accounting_sees_the_share_does_not_fit(openb):
+    """kube-scheduler's filters do not know GPU shares: the extender refuses the nodes where the
+    pod's share fits no free GPU (found against the real kube-scheduler, tests/agent/k8s)."""
+    cache = ClusterCache.from_table(openb.table.select(np.arange(4)))
+    names = list(cache.index)
+    full = Pod(-1, 1000, 1024, 1, 1000, 0, 1)  # whole GPUs filling node 0
+    n0 = int(cache.table.gpu[0])
+    for k in range(n0):
+        cache.bind(f"uid-{k}", full, names[0], gpus=(k,))
+    share = pod_to_json(Pod(-1, 100, 100, 1, 500, 0, 1), "share")
+    with running(cache) as (_server, c):
+        _, out = c.post("filter", {"Pod": share, "NodeNames": names})
+        assert names[0] in out["FailedNodes"] and "GPU" in out["FailedNodes"][names[0]]
+        assert out["NodeNames"] == names[1:]
+        assert metric(c.get("/metrics")[1], "fedsched_refused_nodes_total", reason="gpu") == 1
+        cpu_pod = pod_to_json(Pod(-1, 100, 100, 0, 0, 0, 1), "cpu")
+        _, out = c.post("filter", {"Pod": cpu_pod, "NodeNames": names})
+        assert out["NodeNames"] == names  # a CPU pod is not refused for GPUs

@@ -364,6 +364,14 @@ def test_safety_filter_never_admits_a_node_above_its_threshold(agent: Agent) -> 
             u = by_node.get(n)
             if u is None or n in agent.refused:
                 continue
+            if "GPUs" in reason:  # refused by the agent's GPU accounting: the pod's GPUs do not fit
+                p = agent.cache.pod(pod)
+                i = agent.cache.index[n]
+                free = agent.cache.state.gpu_free[i]
+                fits = bool((free >= p.gpu_milli).any() if p.is_gpu_share
+                            else (free >= 1000).sum() >= p.num_gpu)
+                assert p.num_gpu > 0 and not (fits and agent.cache.state.model_ok(p)[i]), (n, reason)
+                continue
             if u.fresh:
                 assert u.cpu > cpu_t or u.mem > mem_t, (n, u, reason)
             else:  # stale telemetry is never judged against the thresholds

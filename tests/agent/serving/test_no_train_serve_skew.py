@@ -56,7 +56,7 @@ from fedsched.agent.cluster.telemetry import NodeUsage, TelemetrySnapshot
 from fedsched.agent.learning.env import OBS_BOUND, EnvConfig, SchedulingEnv
 from fedsched.agent.serving.decider import SafetyConfig
 from fedsched.agent.serving.model_store import load_model, resolve_policy_path
-from fedsched.common.learning.features import CONTEXT_FEATURES, NODE_FEATURES
+from fedsched.common.learning.features import CONTEXT_FEATURES, NODE_FEATURES, POD_FEATURES
 from fedsched.common.model.cluster import Pod
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods, split_by_hash
 from fedsched.common.schedulers.base import Placement
@@ -66,6 +66,12 @@ from tests.kube_scheduler_support import KubeSchedulerStandIn, extender_weight
 
 REPLAY = dict(max_pods=500, failure_rate_per_node_hour=0.0, time_compression=100.0, duration_scale=300.0)
 USE_COLS = [NODE_FEATURES.index("cpu_used"), NODE_FEATURES.index("mem_used")]
+# Depend on the pod's expected use, whose ratios (the application's or the cluster's observed use
+# per request) the simulator knows at every event and serving as of the last scrape.
+EXPECTED_USE_COLS = [NODE_FEATURES.index(f) for f in
+                     ("cpu_headroom_after", "cpu_peak_headroom_after", "mem_headroom_after")]
+USE_RATIO_CTX = [CONTEXT_FEATURES.index("use_ratio_cpu"), CONTEXT_FEATURES.index("use_ratio_mem")]
+EXPECTED_USE_POD = [POD_FEATURES.index(f) for f in ("exp_cpu_ratio", "exp_mem_ratio", "app_observed")]
 UTIL_CTX = [CONTEXT_FEATURES.index("util_mean"), CONTEXT_FEATURES.index("util_std")]
 CANDIDATE_CTX = [CONTEXT_FEATURES.index("feasible_share"), CONTEXT_FEATURES.index("frag_rate")]
 TIE_TOL = 1e-5
@@ -106,24 +112,34 @@ class TickRecorder:
         def _tick(sim: ReplaySimulator) -> None:
             original(sim)
             s, tel = sim.state, sim.state.telemetry
+            cpu_peak, mem_peak = sim._stats.peak()  # what max_over_time would answer at this scrape
             rec.ticks.append((sim.now, s.cpu_used.copy(), s.mem_used.copy(), sim.node_stats.oom_count.copy(),
                               *(None if a is None else np.asarray(a, dtype=np.float64).copy()
-                                for a in (tel.cpu_mean, tel.cpu_std, tel.mem_mean, tel.mem_std))))
+                                for a in (tel.cpu_mean, tel.cpu_std, tel.mem_mean, tel.mem_std)),
+                              cpu_peak, mem_peak, sim.running_use()))
 
         monkeypatch.setattr(ReplaySimulator, "_tick", _tick)
 
 
-def snapshot_at(t0: float, tick: tuple, names, cap_cpu, cap_mem) -> TelemetrySnapshot:
-    now, cpu, mem, _oom, cm, cs, mm, ms = tick
+def snapshot_at(t0: float, tick: tuple, names, cap_cpu, cap_mem, uid: dict[int, str] | None = None
+                ) -> TelemetrySnapshot:
+    """The Prometheus refresh after a tick: node ratios, windowed statistics and peaks, and the
+    per-pod use (cAdvisor) of the running pods under their current names (``uid``)."""
+    now, cpu, mem, _oom, cm, cs, mm, ms, cp, mp, running = tick
     nan = math.nan
 
     def at(a, i):
         return nan if a is None else float(a[i])
 
     nodes = {name: NodeUsage(float(cpu[i] / cap_cpu[i]), float(mem[i] / cap_mem[i]), nan, nan, t0 + now,
-                             at(cm, i), at(cs, i), at(mm, i), at(ms, i))
+                             at(cm, i), at(cs, i), at(mm, i), at(ms, i), at(cp, i), at(mp, i))
              for i, name in enumerate(names)}
-    return TelemetrySnapshot(True, t0 + now, nodes)
+    pods = {}
+    if running is not None and uid:
+        for p, c, m in zip(*running, strict=True):
+            if int(p) in uid:
+                pods[("default", uid[int(p)])] = (float(c) / 1000.0, float(m) * 2**20)
+    return TelemetrySnapshot(True, t0 + now, nodes, pods=pods)
 
 
 @pytest.mark.parametrize("cpu_threshold", [0.9, 0.5], ids=["default-safety", "tight-safety"])
@@ -144,12 +160,12 @@ def test_the_extender_decides_as_the_training_environment_with_replay_telemetry(
     cache.queue_scheduler = "fedsched"
     t0 = time.time()
     zero = np.zeros(n)
-    cache.apply_telemetry(snapshot_at(t0, (0.0, zero, zero, zero, None, None, None, None),
+    cache.apply_telemetry(snapshot_at(t0, (0.0, zero, zero, zero, None, None, None, None, None, None, None),
                                       nodes.names, cap_cpu, cap_mem))
     seen_oom = np.zeros(n)
     decisions: list = []
     counts = dict.fromkeys(("same", "tie", "telemetry lag", "safety filter"), 0)
-    lag_decisions = measured_not_requests = 0
+    lag_decisions = measured_not_requests = app_seen = 0
     uid = {}  # PodTable row -> uid of its current attempt
     attempts: dict[int, int] = {}
 
@@ -165,7 +181,7 @@ def test_the_extender_decides_as_the_training_environment_with_replay_telemetry(
             sim = env.sim
             # --- what the cluster tells the agent between two decisions -----------------------
             for tick in recorder.ticks[applied:]:
-                cache.apply_telemetry(snapshot_at(t0, tick, nodes.names, cap_cpu, cap_mem))
+                cache.apply_telemetry(snapshot_at(t0, tick, nodes.names, cap_cpu, cap_mem, uid))
                 for i in np.flatnonzero(tick[3] > seen_oom):
                     for _ in range(int(tick[3][i] - seen_oom[i])):
                         cache.record_oom(nodes.names[i])
@@ -218,12 +234,20 @@ def test_the_extender_decides_as_the_training_environment_with_replay_telemetry(
                 bad = ~np.isclose(e_nodes[:, c], s_feats[:, c], rtol=1e-6, atol=1e-7)
                 if c in USE_COLS:
                     bad &= ~moved[s_nodes]
+                elif c in EXPECTED_USE_COLS and lag:  # the pod's expected use: ratios from the last scrape
+                    bad[:] = False
                 assert not bad.any(), f"{NODE_FEATURES[c]} differs on {s_nodes[bad].tolist()} without a cause"
             for c in ctx_diff:
                 ok = np.isclose(feats.context[c], d.features.context[c], rtol=1e-6, atol=1e-7)
                 ok |= (c in UTIL_CTX and lag) or (c in CANDIDATE_CTX and len(refused) > 0)
+                ok |= c in USE_RATIO_CTX and lag
                 assert ok, f"context {CONTEXT_FEATURES[c]} differs without a cause"
-            np.testing.assert_array_equal(feats.pod, d.features.pod)
+            if lag:  # requests and kind exactly; the expected-use ratios as of the last scrape
+                np.testing.assert_array_equal(np.delete(feats.pod, EXPECTED_USE_POD),
+                                              np.delete(d.features.pod, EXPECTED_USE_POD))
+            else:
+                np.testing.assert_allclose(feats.pod, d.features.pod, rtol=1e-5, atol=1e-6)
+                app_seen += int(d.features.pod[POD_FEATURES.index("app_observed")])
             if d.features.use_measured.all() and (state.cpu_used[s_nodes] != state.cpu_req[s_nodes]).any():
                 measured_not_requests += 1
             assert d.features.use_measured.all()  # telemetry measured every node: real use, as replay
@@ -250,13 +274,15 @@ def test_the_extender_decides_as_the_training_environment_with_replay_telemetry(
 
     total = sum(counts.values())
     print(f"\nno-skew: {total} decisions {counts}; {lag_decisions} with use moved since the last tick; "
-          f"{measured_not_requests} where measured use != requests on a candidate")
+          f"{measured_not_requests} where measured use != requests on a candidate; "
+          f"{app_seen} without lag where the pod's application was observed (identical ratios)")
     assert total >= 300
     if cpu_threshold == 0.9:
         assert counts["same"] + counts["tie"] >= 0.9 * total
     else:
         assert counts["safety filter"] > 0
     assert measured_not_requests >= 0.5 * total  # the telemetry path mattered
+    assert app_seen >= 50  # the per-application use path mattered too
     assert metric(text, "fedsched_fallbacks_total") == 0
 
 

@@ -77,3 +77,38 @@ def test_serve_local_mode_from_a_config_file_and_stop_cleanly(tmp_path):
     assert any("shutting down" in x["msg"] for x in logs)
     # the bound decision was written at shutdown with the outcome seen so far: nothing lost
     assert len(DecisionLog(Path(tmp_path / "log"))) == 1
+
+
+def _prioritize(sp, pod: dict, names: list[str]) -> list[dict]:
+    body = json.dumps({"Pod": pod, "NodeNames": names}).encode()
+    req = urllib.request.Request(sp.url + "/prioritize", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _metrics(sp) -> str:
+    with urllib.request.urlopen(sp.base + "/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+@pytest.mark.parametrize(("gpus", "active"), [(0, False), (4, True)], ids=["cpu-only", "gpu"])
+def test_the_roll_out_gate_serves_the_packing_policy_actively_on_gpu_clusters_only(tmp_path, gpus, active):
+    """The shipped batch-packing policy (GPU allocation beats kube-default in its validation)
+    serves a GPU cluster actively; a CPU-only one gets shadow mode, with the reason in /metrics
+    and the log."""
+    csv = tmp_path / "nodes.csv"
+    csv.write_text("sn,cpu_milli,memory_mib,gpu,model\n"
+                   + "".join(f"n{i},32000,131072,{gpus},{'V100' if gpus else ''}\n" for i in range(3)))
+    with serve_process("--policy", "learned", "--cluster-csv", str(csv), "--insecure", "--host", "127.0.0.1",
+                       "--port", "0", "--budget-ms", "200") as sp:
+        pod = pod_to_json(Pod(-1, 1000, 1024, 0, 0, 0, 1), "p", uid="u1")
+        _prioritize(sp, pod, ["n0", "n1", "n2"])
+        text = _metrics(sp)
+    gauge = [x for x in text.splitlines() if x.startswith("fedsched_policy_active{")]
+    assert len(gauge) == 1, gauge
+    assert gauge[0].endswith(" 1.0" if active else " 0.0"), gauge
+    assert ('profile="gpu"' if active else 'profile="web"') in gauge[0]
+    decisions = [x for x in text.splitlines() if x.startswith("fedsched_decisions_total{")]
+    assert any(f'mode="{"active" if active else "shadow"}"' in x for x in decisions), decisions
+    if not active:
+        assert "validated on a GPU cluster" in gauge[0] and "roll-out gate" in sp.stderr

@@ -59,6 +59,7 @@ def test_hot_nodes_are_refused_from_live_telemetry_and_prometheus_down_is_surviv
         ) as prom, serve_process(
             "--policy", "learned", "--cluster-csv", str(csv), "--insecure", "--host", "127.0.0.1",
             "--port", "0", "--prometheus", prom.url, "--telemetry-interval", "0.5", "--stale-after", "30",
+            "--gate", "off",  # the telemetry path with the policy answering (the gate: test_serve_cli)
         ) as sp:
             url, base = sp.url, sp.base
             pod = pod_to_json(Pod(-1, 500, 512, 0, 0, 0, 1), "p", uid="u")

@@ -43,6 +43,7 @@ from fedsched.common.schedulers import (
     make_scheduler,
     place,
 )
+from fedsched.common.schedulers.kube_default import balanced_allocation_v137
 from fedsched.common.schedulers.target_load_packing import target_load_packing_score
 from tests.common.schedulers.sched_testkit import (
     all_nodes,
@@ -318,12 +319,15 @@ def test_resource_weights_change_the_fit_scores(name, weights, scores):
 
 
 def test_kube_default_keeps_the_default_fit_weights():
+    # kube-default = LeastAllocated (weights 1, 1: [50, 50]) + 1.37's BalancedAllocation: node1
+    # with (.9, .1) -> 60, without (.8, 0) -> 60: 50 + 50 // 2 = 75; node2 the same mirrored.
     st = weights_state()
     p = pod(cpu=1000, mem=1000)
     kube = make_scheduler("kube-default").score(st, p, all_nodes(st))
     least = LeastAllocated().score(st, p, all_nodes(st))
-    balanced = make_scheduler("balanced-allocation").score(st, p, all_nodes(st))
-    np.testing.assert_array_equal(kube, least + balanced)
+    np.testing.assert_array_equal(least, [50, 50])
+    np.testing.assert_array_equal(kube, least + balanced_allocation_v137(st, p, all_nodes(st)))
+    np.testing.assert_array_equal(kube, [125, 125])
 
 
 # With threshold 50 the typical pods are class A alone (3 of 4 pods = 75% >= 50%): a 500m share

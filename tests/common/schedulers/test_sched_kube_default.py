@@ -1,35 +1,176 @@
-"""kube-scheduler's default profile reduced to resources: LeastAllocated + BalancedAllocation.
+"""kube-scheduler v1.37.2's default profile reduced to resources: LeastAllocated + BalancedAllocation.
 
-Reference section 3: weight 1 each, summed. The vectors are the per-plugin upstream
-vectors of least_allocated_test.go and balanced_allocation_test.go on the same cluster.
+``fedsched.common.schedulers.kube_default`` (its docstring names the upstream files). Each case
+below is hand-computed from the v1.37.2 formulas; the per-plugin vectors that also appear in
+upstream's ``least_allocated_test.go`` / ``balanced_allocation_test.go`` (v1.37.2) say so.
+
+    fit      = (s_cpu + s_mem) // 2,  s_r = (cap - nonzero_req - pod_nonzero) * 100 // cap
+    balance  = int((1 - |f_cpu - f_mem| / 2) * 100),  f_r = min(req / cap, 1)  (actual requests)
+    balanced = 50 + (50 + balance(with pod) - balance(without pod)) // 2  (0: best-effort pod)
+    score    = fit + balanced
+
+Memory is MiB here and bytes upstream; the formulas only use ratios.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pytest
 
 from fedsched.common.schedulers import BalancedAllocation, KubeDefault, LeastAllocated, place
-from tests.common.schedulers.sched_testkit import all_nodes, pod, state
+from fedsched.common.schedulers.kube_default import (
+    balanced_allocation_v137,
+    balanced_resource_score,
+    fit_least_allocated,
+)
+from tests.common.schedulers.sched_testkit import all_nodes, pod, set_node_info, state
 
 
-# least_allocated_test.go and balanced_allocation_test.go, both
-# "nothing scheduled, resources requested, differently sized nodes" (nodes 4000/10000, 6000/10000,
-# pod 3000m / 5000): LeastAllocated [37, 50] + BalancedAllocation [87, 100] = [124, 150]
-def test_upstream_sum_of_least_and_balanced():
-    st = state(cpu=[4000, 6000], mem=[10000, 10000])
-    np.testing.assert_array_equal(KubeDefault().score(st, pod(cpu=3000, mem=5000), all_nodes(st)),
-                                  [124, 150])
+def _state(cpu, mem, requested=(), allocated=()):
+    """Nodes ``cpu`` / ``mem``; ``requested``: (node, (cpu, mem)) NodeInfo totals set directly
+    (Requested = NonZeroRequested, as upstream's pods with explicit requests);
+    ``allocated``: (node, pod) bound the simulator's way (non-zero defaults for missing ones)."""
+    st = state(cpu=cpu, mem=mem)
+    for j, req in requested:
+        set_node_info(st, j, req)
+    for j, p in allocated:
+        st.allocate(j, p, ())
+    return st
 
 
-def test_is_the_sum_of_its_two_plugins_on_a_loaded_cluster():
-    st = state(cpu=[4000, 8000, 16000], mem=[8192, 32768, 16384])
-    st.allocate(0, pod(cpu=1000, mem=4096), ())
-    st.allocate(2, pod(cpu=12000), ())
-    p = pod(cpu=500, mem=1024)
+# (id, state, pod, fit, balanced) -- KubeDefault = fit + balanced.
+CASES = [
+    # upstream "nothing scheduled, resources requested, differently sized nodes" (both files):
+    # fit  node1 cpu (4000-3000)*100//4000 = 25, mem 50 -> 37; node2 50, 50 -> 50
+    # bal  node1 with (.75, .5) std .125 -> 87, without 100 -> 50 + (50+87-100)//2 = 68
+    #      node2 with (.5, .5) -> 100, without 100 -> 75
+    pytest.param(lambda: _state([4000, 6000], [10000, 10000]), pod(cpu=3000, mem=5000),
+                 [37, 50], [68, 75], id="nothing scheduled, differently sized nodes"),
+    # upstream "resources requested, pods scheduled with resources" (both files):
+    # fit  node1 cpu (10000-6000)*100//10000 = 40, mem (20000-5000)*100//20000 = 75 -> 57
+    #      node2 cpu 40, mem (20000-10000)*100//20000 = 50 -> 45
+    # bal  node1 with (.6, .25) std .175 -> 82, without (.3, 0) std .15 -> 85: 50 + 47//2 = 73
+    #      node2 with (.6, .5) -> 95, without (.3, .25) std .025 -> 97: 50 + 48//2 = 74
+    pytest.param(lambda: _state([10000, 10000], [20000, 20000], [(0, (3000, 0)), (1, (3000, 5000))]),
+                 pod(cpu=3000, mem=5000), [57, 45], [73, 74], id="pods scheduled with resources"),
+    # upstream "... differently sized nodes": node2 mem 50000
+    # fit  node2 cpu 40, mem (50000-10000)*100//50000 = 80 -> 60
+    # bal  node2 with (.6, .2) std .2 -> 80, without (.3, .1) std .1 -> 90: 50 + 40//2 = 70
+    pytest.param(lambda: _state([10000, 10000], [20000, 50000], [(0, (3000, 0)), (1, (3000, 5000))]),
+                 pod(cpu=3000, mem=5000), [57, 60], [73, 70], id="pods scheduled, differently sized"),
+    # upstream balanced "nodes to reach min/max score" (pod: memory only, cpu missing):
+    # bal  node1 with (1, 1) -> 100, without (1, 0) -> 50: 50 + 100//2 = 100
+    #      node2 with (0, 1) -> 50, without (0, 0) -> 100: 50 + 0//2 = 50
+    # fit  (pod cpu non-zero 100m) node1 cpu 3100 > 3000 -> 0, mem 0 -> 0
+    #      node2 cpu (3000-100)*100//3000 = 96, mem 0 -> 48
+    pytest.param(lambda: _state([3000, 3000], [5000, 5000], [(0, (3000, 0))]), pod(mem=5000),
+                 [0, 48], [100, 50], id="balanced min and max"),
+    # upstream balanced "requested resources at node capacity" (pod cpu only, memory missing):
+    # bal  node1 with (1, 0) -> 50, without (.5, 0) -> 75: 50 + 25//2 = 62
+    #      node2 with (1, .5) -> 75, without (.5, .5) -> 100: 50 + 25//2 = 62
+    # fit  (pod memory non-zero 200) node1 cpu 0, mem (10000-200)*100//10000 = 98 -> 49
+    #      node2 cpu 0, mem (10000-5200)*100//10000 = 48 -> 24
+    pytest.param(lambda: _state([6000, 6000], [10000, 10000], [(0, (3000, 0)), (1, (3000, 5000))]),
+                 pod(cpu=3000), [49, 24], [62, 62], id="at node capacity"),
+    # The fraction is clamped at 1 before the deviation; the pod over capacity scores fit 0.
+    # bal  with (min(7500/6000, 1) = 1, .5001) std .24995 -> int(75.005) = 75,
+    #      without (.5, .5) -> 100: 50 + 25//2 = 62
+    # fit  cpu 7500 > 6000 -> 0, mem (10000-5001)*100//10000 = 49 -> 24
+    pytest.param(lambda: _state([6000], [10000], [(0, (3000, 5000))]), pod(cpu=4500, mem=1),
+                 [24], [62], id="fraction clamped at one"),
+    # Best-effort pod: BalancedAllocation skips itself in PreScore (0 everywhere); fit uses the
+    # non-zero defaults for the pod and for node1's pod (bound the simulator's way).
+    # fit  node1 cpu (4000-1100)*100//4000 = 72, mem (10000-2200)*100//10000 = 78 -> 75
+    #      node2 cpu (4000-100)*100//4000 = 97, mem (10000-200)*100//10000 = 98 -> 97
+    pytest.param(lambda: _state([4000, 4000], [10000, 10000], allocated=[(0, pod(cpu=1000, mem=2000))]),
+                 pod(), [75, 97], [0, 0], id="best-effort pod"),
+    # Allocatable 0 leaves the resource out: node1 has no memory (fit = the cpu score alone, one
+    # fraction -> std 0), node2 has nothing (fit 0: no resource left; balance 100 -> 100).
+    # fit  node1 (4000-1000)*100//4000 = 75; node2 0.  bal 50 + (50+100-100)//2 = 75 on both.
+    pytest.param(lambda: _state([4000, 0], [0, 0]), pod(cpu=1000, mem=100), [75, 0], [75, 75],
+                 id="zero allocatable"),
+    # The 1.37 formula against the classic one: node1 is unbalanced (cpu 60%, memory ~0%), node2
+    # balanced (30% / 30%); the pod asks memory only. Classic balance(with pod): node1 (.6, .2)
+    # -> 80, node2 (.3, .5) -> 90, so classic prefers node2 (see the test below); 1.37 scores the
+    # change: node1 without (.6, 0) -> 70, 50 + (50+80-70)//2 = 80; node2 without (.3, .3) -> 100,
+    # 50 + (50+90-100)//2 = 70.
+    # fit  node1 cpu (10000-6100)*100//10000 = 39, mem (10000-200-2000)*100//10000 = 78 -> 58
+    #      node2 cpu (10000-3100)*100//10000 = 69, mem (10000-5000)*100//10000 = 50 -> 59
+    pytest.param(lambda: _state([10000, 10000], [10000, 10000],
+                                allocated=[(0, pod(cpu=6000)), (1, pod(cpu=3000, mem=3000))]),
+                 pod(mem=2000), [58, 59], [80, 70], id="change in balance"),
+]
+
+
+@pytest.mark.parametrize(("make", "p", "fit", "balanced"), CASES)
+def test_hand_computed(make, p, fit, balanced):
+    st = make()
     idx = all_nodes(st)
-    np.testing.assert_array_equal(
-        KubeDefault().score(st, p, idx),
-        LeastAllocated().score(st, p, idx) + BalancedAllocation().score(st, p, idx))
+    np.testing.assert_array_equal(fit_least_allocated(st, p, idx), fit)
+    np.testing.assert_array_equal(balanced_allocation_v137(st, p, idx), balanced)
+    np.testing.assert_array_equal(KubeDefault().score(st, p, idx), np.add(fit, balanced))
+
+
+def test_the_137_formula_and_the_classic_one_pick_different_nodes():
+    """The "change in balance" case: 1.37 totals [138, 129] pick node1, the classic form of
+    1.23-1.35 (LeastAllocated + the ``balanced-allocation`` baseline) totals
+    [58 + 80, 59 + 90] = [138, 149] and picks node2."""
+    st = _state([10000, 10000], [10000, 10000],
+                allocated=[(0, pod(cpu=6000)), (1, pod(cpu=3000, mem=3000))])
+    p, idx = pod(mem=2000), all_nodes(st)
+    np.testing.assert_array_equal(KubeDefault().score(st, p, idx), [138, 129])
+    classic = LeastAllocated().score(st, p, idx) + BalancedAllocation().score(st, p, idx)
+    np.testing.assert_array_equal(classic, [138, 149])
+    assert place(KubeDefault(), st, p, np.random.default_rng(0)).node == 0
+
+
+def test_fit_part_is_least_allocated_with_the_default_weights():
+    st = _state([4000, 8000, 16000], [8192, 32768, 16384],
+                allocated=[(0, pod(cpu=1000, mem=4096)), (2, pod(cpu=12000))])
+    p, idx = pod(cpu=500, mem=1024), np.array([2, 0, 1])
+    np.testing.assert_array_equal(fit_least_allocated(st, p, idx), LeastAllocated().score(st, p, idx))
+
+
+def _go_balanced_resource_score(requested: list[int], allocatable: list[int]) -> int:
+    """balancedResourceScore of balanced_allocation.go v1.37.2, line by line."""
+    fractions = []
+    for req, alloc in zip(requested, allocatable, strict=True):
+        if alloc == 0:
+            continue
+        fractions.append(min(float(req) / float(alloc), 1.0))
+    std = 0.0
+    if len(fractions) == 2:
+        std = math.fabs((fractions[0] - fractions[1]) / 2)
+    return int((1 - std) * float(100))
+
+
+def test_vectorised_balance_matches_the_go_function_on_random_nodes():
+    rng = np.random.default_rng(0)
+    cap_cpu = rng.integers(0, 64000, 500)
+    cap_mem = rng.integers(0, 262144, 500)
+    cap_cpu[:10] = 0
+    cap_mem[5:15] = 0
+    req_cpu = rng.integers(0, 70000, 500)
+    req_mem = rng.integers(0, 300000, 500)
+    got = balanced_resource_score(req_cpu, req_mem, cap_cpu, cap_mem)
+    want = [_go_balanced_resource_score([int(a), int(b)], [int(c), int(d)])
+            for a, b, c, d in zip(req_cpu, req_mem, cap_cpu, cap_mem, strict=True)]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_scores_cover_50_to_200_and_keep_the_candidate_order():
+    rng = np.random.default_rng(1)
+    st = state(cpu=rng.integers(2000, 64000, 40).tolist(), mem=rng.integers(2048, 262144, 40).tolist())
+    for j in range(40):
+        c, m = int(st.nodes.cpu[j]), int(st.nodes.mem[j])
+        st.allocate(j, pod(cpu=int(rng.integers(0, c)), mem=int(rng.integers(0, m))), ())
+    p = pod(cpu=700, mem=900)
+    idx = rng.permutation(40)
+    s = KubeDefault().score(st, p, idx)
+    assert s.dtype == np.float64 and (s >= 50).all() and (s <= 200).all()
+    np.testing.assert_array_equal(s[np.argsort(idx)], KubeDefault().score(st, p, all_nodes(st)))
 
 
 def test_place_spreads_to_the_emptier_balanced_node():

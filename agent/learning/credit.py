@@ -1,0 +1,168 @@
+"""Credit regression: learn each candidate node's cost from the node credit of logged
+decisions, and schedule greedily on it (a one-step, fitted-Q improvement of the policy that
+logged them).
+
+The node credit (``RewardConfig.node_horizon_s``, ``agent/learning/env.py``) charges a replay
+decision its chosen node's hot CPU minutes, throttled CPU core-minutes and the OOM kills of the
+pod it placed over the horizon after the bind. Logged under a behaviour policy that explores
+(at each decision one of several heuristics, or a random feasible node), the pairs (features of
+the candidates, chosen node, its credit) estimate ``Q(state, node)``: the expected cost of
+putting this pod on this node when the rest of the schedule follows the behaviour policy. The
+node-scoring network is fitted so that its logit of the chosen node regresses onto
+
+    target = -log(1 - credit) + tie_weight * kube_default_score / 100
+
+(mean squared error on the chosen node only; the logits of the other candidates are left to
+generalisation; the log compresses the heavy tail of the credit, whose order it keeps). Acting
+greedily on the logits then picks the node with the least predicted cost, and between nodes
+whose predicted costs differ by less than about ``tie_weight`` it spreads as kube-default does
+(a pessimism margin against the noise of the predictions), so a calm cluster is scheduled
+like kube-default and the learned part acts where it predicts trouble. The network, its
+inputs and its serving path are those of every node-scoring policy (``NodeScoringPolicy``,
+``PolicyScheduler``): nothing new to serve.
+
+The same regression runs on a deployed member's decision log, whose records carry the outcome
+of every bound decision (``agent/serving/outcomes.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedsched.agent.learning.env import SchedulingEnv
+from fedsched.common.learning.records import Decision
+from fedsched.common.schedulers import Scheduler
+from fedsched.common.schedulers.base import Placement
+from fedsched.common.schedulers.kube_default import KubeDefault
+
+BEHAVIOURS = ("kube-default", "koordinator-load-aware", "load-variation-risk-balancing",
+              "target-load-packing", "best-fit", "oracle")
+
+
+@dataclass
+class CreditConfig:
+    """Credit regression settings."""
+
+    samples: int = 40_000
+    """credited decisions to collect (over all environments)"""
+    explore: float = 0.25
+    """share of decisions taken at a random feasible node (the rest: a random behaviour heuristic)"""
+    tie_weight: float = 0.3
+    """weight of kube-default's score (0..100, scaled to 0..1) in the regression target: the
+    policy departs from kube-default's choice only for a predicted cost gap above this (a
+    pessimism margin against the noise of the predictions)"""
+    epochs: int = 10
+    """passes over the collected decisions"""
+    batch_size: int = 256
+    """decisions per minibatch"""
+    learning_rate: float = 1e-3
+    """Adam step size"""
+    seed: int = 1
+    """seeds the behaviour choices, the data order and the initialisation"""
+
+
+@dataclass
+class Credited:
+    """One credited decision: what the policy saw, the node taken and its regression target."""
+
+    decision: Decision
+    chosen: int  # index into decision.nodes
+    credit: float  # the node credit (<= 0)
+    tie: float  # kube-default's score of the chosen node, 0..1
+
+
+def collect_credited(envs: Sequence[SchedulingEnv], behaviours: Sequence[Scheduler], cfg: CreditConfig,
+                     progress: Callable[[int], None] | None = None) -> list[Credited]:
+    """Step ``envs`` (round robin, node credit on) under the exploring behaviour policy and pair
+    every decision with its credit once it matures (all of an episode's at its end)."""
+    if not all(env._node_credit for env in envs):
+        raise ValueError("credit regression needs replay environments with RewardConfig.node_horizon_s > 0")
+    rng = np.random.default_rng(cfg.seed)
+    kube = KubeDefault()
+    pending: list[dict[int, tuple[Decision, int, float]]] = [{} for _ in envs]
+    out: list[Credited] = []
+    for env in envs:
+        env.reset()
+    while len(out) < cfg.samples:
+        for i, env in enumerate(envs):
+            pod, state, cand, feats = env.decision
+            if rng.random() < cfg.explore:
+                pick = int(rng.integers(len(cand)))
+                sched: Scheduler = kube
+            else:
+                sched = behaviours[int(rng.integers(len(behaviours)))]
+                attach = getattr(sched, "attach_simulator", None)
+                if attach is not None:
+                    attach(env.sim)
+                scores = np.asarray(sched.score(state, pod, cand), dtype=np.float64)
+                best = np.flatnonzero(scores == scores.max())
+                pick = int(best[rng.integers(len(best))])
+            tie = float(np.asarray(kube.score(state, pod, cand[pick:pick + 1]))[0]) / 100.0
+            node = int(cand[pick])
+            d = Decision(feats.nodes.astype(np.float16), feats.pod, feats.context, np.array([pick]),
+                         has_gpus=state.nodes.total_gpu_milli > 0)
+            _, _, term, trunc, info = env.step_placement(Placement(node, sched.select_gpus(state, pod, node)))
+            pending[i][int(info["decision"])] = (d, pick, tie)
+            before = len(out)
+            for serial, c in info["credits"]:
+                rec = pending[i].pop(int(serial), None)
+                if rec is not None:
+                    out.append(Credited(rec[0], rec[1], float(c), rec[2]))
+            if progress is not None and len(out) // 5000 > before // 5000:
+                progress(len(out))
+            if term or trunc:
+                pending[i].clear()
+                env.reset()
+            if len(out) >= cfg.samples:
+                break
+    return out[:cfg.samples]
+
+
+def targets(data: Sequence[Credited], tie_weight: float) -> np.ndarray:
+    """``-log1p(-credit) + tie_weight * tie``: the log compresses the credit's heavy tail (one
+    node throttled for hours would otherwise dominate the squared error) and keeps its order."""
+    credit = np.array([c.credit for c in data], dtype=np.float64)
+    tie = np.array([c.tie for c in data], dtype=np.float64)
+    return (-np.log1p(-np.minimum(credit, 0.0)) + tie_weight * tie).astype(np.float32)
+
+
+def fit_credit(policy: torch.nn.Module, data: Sequence[Credited], cfg: CreditConfig,
+               on_epoch: Callable[[dict[str, float]], None] | None = None) -> dict[str, float]:
+    """Regress ``policy``'s logit of each chosen node onto its target; returns the last epoch's
+    statistics (MSE, and the R^2 of the chosen logits against the targets)."""
+    from fedsched.agent.learning.bc import _batch
+
+    decisions = [c.decision for c in data]
+    chosen = np.array([c.chosen for c in data], dtype=np.int64)
+    y = targets(data, cfg.tie_weight)
+    var = float(np.var(y)) or 1.0
+    rng = np.random.default_rng(cfg.seed)
+    opt = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
+    stats: dict[str, float] = {}
+    policy.train()
+    for epoch in range(cfg.epochs):
+        t0 = time.perf_counter()
+        perm = rng.permutation(len(data))
+        losses = []
+        for start in range(0, len(perm), cfg.batch_size):
+            idx = perm[start:start + cfg.batch_size]
+            nodes, pod, ctx, mask, _ = _batch(decisions, idx)
+            logits, _ = policy(nodes, pod, ctx, mask)
+            pred = logits.gather(1, torch.from_numpy(chosen[idx])[:, None])[:, 0]
+            loss = torch.mean((pred - torch.from_numpy(y[idx])) ** 2)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+            opt.step()
+            losses.append(float(loss.detach()))
+        mse = float(np.mean(losses))
+        stats = {"epoch": epoch + 1, "mse": mse, "r2": 1.0 - mse / var, "seconds": time.perf_counter() - t0}
+        if on_epoch is not None:
+            on_epoch(stats)
+    policy.eval()
+    return stats
