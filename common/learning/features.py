@@ -123,6 +123,12 @@ class Telemetry:
     cpu_peak: np.ndarray | None = None
     mem_peak: np.ndarray | None = None
     app_usage: Callable[[int], tuple[float, float] | None] | None = None
+    peak_fn: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
+
+    def peaks(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """``(cpu_peak, mem_peak)``: from ``peak_fn`` when the source computes them on demand
+        (the replay simulator), else the fields (serving)."""
+        return self.peak_fn() if self.peak_fn is not None else (self.cpu_peak, self.mem_peak)
 
     @classmethod
     def zeros(cls, n: int) -> Telemetry:
@@ -227,7 +233,7 @@ class FeatureBuilder:
         n_tagged = np.maximum(tags.sum(axis=1), 1)
         f_cpu_after = (cpu_left - pod.cpu) / cap_cpu
         f_mem_after = (mem_left - pod.mem) / cap_mem
-        load = node_load(state, nodes)
+        load = node_load(state, nodes, with_peaks=True)
         r_cpu, r_mem, app_seen, cluster_cpu, cluster_mem = expected_use_ratios(state, pod)
         exp_cpu = pod.cpu_nonzero * r_cpu / cap_cpu  # the pod's expected use, share of the node
         exp_mem = pod.mem_nonzero * r_mem / cap_mem

@@ -59,8 +59,20 @@ def _field(state: ClusterState, name: str, nodes: np.ndarray, fallback: np.ndarr
     return np.where(np.isnan(v), fallback, v)
 
 
-def node_load(state: ClusterState, nodes: np.ndarray) -> NodeLoad:
-    """The measured load of ``nodes`` with the fallbacks of the module docstring."""
+def _peak(state: ClusterState, which: int, nodes: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    peaks = getattr(state.telemetry, "peaks", None)
+    arr = peaks()[which] if peaks is not None else None
+    if arr is None:
+        return mean
+    v = np.asarray(arr, dtype=np.float64)[nodes]
+    # never below the mean (a peak older than the mean's window, or a NaN peak beside a mean)
+    return np.maximum(np.where(np.isnan(v), mean, v), mean)
+
+
+def node_load(state: ClusterState, nodes: np.ndarray, with_peaks: bool = False) -> NodeLoad:
+    """The measured load of ``nodes`` with the fallbacks of the module docstring; the peaks
+    only ``with_peaks`` (else the means: the baselines do not read them, and a source may
+    compute them on demand, ``Telemetry.peaks``)."""
     nt = state.nodes
     cpu_now = _fraction(state.cpu_used[nodes], nt.cpu[nodes].astype(np.float64))
     mem_now = _fraction(state.mem_used[nodes], nt.mem[nodes].astype(np.float64))
@@ -72,9 +84,8 @@ def node_load(state: ClusterState, nodes: np.ndarray) -> NodeLoad:
         cpu_std=_field(state, "cpu_std", nodes, zero),
         mem_mean=mem_mean,
         mem_std=_field(state, "mem_std", nodes, zero),
-        # never below the mean (a peak older than the mean's window, or a NaN peak beside a mean)
-        cpu_peak=np.maximum(_field(state, "cpu_peak", nodes, cpu_mean), cpu_mean),
-        mem_peak=np.maximum(_field(state, "mem_peak", nodes, mem_mean), mem_mean),
+        cpu_peak=_peak(state, 0, nodes, cpu_mean) if with_peaks else cpu_mean,
+        mem_peak=_peak(state, 1, nodes, mem_mean) if with_peaks else mem_mean,
         age_s=_field(state, "metrics_age_s", nodes, zero),
         measured=state.cpu_measured[nodes] & state.mem_measured[nodes],
     )

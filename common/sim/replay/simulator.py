@@ -144,8 +144,8 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         # state (the arrays are node_stats' own, updated in place).
         ns = self.node_stats
         self._telemetry = Telemetry(ns.cpu_trend, ns.mem_trend, ns.overloaded, ns.overload_count,
-                                    ns.oom_count, app_usage=self.app_usage)
-        self._peak_stale = False
+                                    ns.oom_count, app_usage=self.app_usage, peak_fn=self._peaks)
+        self._peak: tuple[np.ndarray, np.ndarray] | None = None
         self.state.telemetry = self._telemetry
         self._node_pods: list[set[int]] = [set() for _ in range(n_nodes)]
         # Online metrics (common/model/load_metrics.py) and the windowed per-node statistics
@@ -288,9 +288,6 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
             counters["decisions"] += 1
             tel = self._telemetry
             tel.queue_len = len(self._pending)
-            if self._peak_stale:
-                tel.cpu_peak, tel.mem_peak = self._stats.peak()
-                self._peak_stale = False
             return pod, self.state
         self._done = True
         if end < math.inf:
@@ -298,6 +295,14 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         if self.progress is not None:
             self.progress(self.n_arrived, n_arr)
         return None
+
+    def _peaks(self) -> tuple[np.ndarray, np.ndarray]:
+        """The windowed peak of CPU and memory use / capacity, computed once per tick on demand
+        (``Telemetry.peak_fn``: a scheduler that never reads it never pays for it)."""
+        if self._peak is None:
+            cpu, mem = self._stats.peak()
+            self._peak = (cpu, mem)
+        return self._peak
 
     def oom_kills_of(self, pod: int) -> int:
         """OOM kills of pod ``pod`` (PodTable row) so far."""
@@ -516,7 +521,7 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         tel = self._telemetry
         tel.cpu_mean, tel.mem_mean = self._stats.add(dt, use)
         tel.cpu_std, tel.mem_std = self._stats.std()
-        self._peak_stale = True  # the window's peak is computed when a decision needs it
+        self._peak = None  # the window's peak is computed when something reads it (_peaks)
         if tel.metrics_age_s is None:
             tel.metrics_age_s = np.zeros(n)  # simulated telemetry is always fresh
 

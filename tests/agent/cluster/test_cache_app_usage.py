@@ -247,7 +247,7 @@ def test_windowed_peaks_reach_the_telemetry_and_node_load(objects):
     cache.apply_telemetry(snap(usage))
     assert (tel.cpu_peak[a], tel.mem_peak[a]) == (0.7, 0.45)
     assert np.isnan(tel.cpu_peak[b]) and np.isnan(tel.mem_peak[b]) and tel.cpu_peak[c] == 0.3
-    load = node_load(cache.state, np.array([a, b, c]))
+    load = node_load(cache.state, np.array([a, b, c]), with_peaks=True)
     assert load.cpu_peak.tolist() == pytest.approx([0.7, 0.2, 0.5])  # b: its use; c: never below the mean
     assert load.mem_peak.tolist() == pytest.approx([0.45, 0.1, 0.5])
     # a node rebuild puts them back to unknown until the next refresh

@@ -121,3 +121,23 @@ def test_replay_app_usage_is_the_running_siblings_use_per_request():
 
         sim.bind(Placement(int(np.flatnonzero(mask)[0]) if mask.any() else -1))
     assert seen > 50
+
+
+def test_replay_computes_the_windowed_peak_only_when_something_reads_it():
+    """The baselines never read the peak, so replay with them does not pay for it; the features do."""
+    nodes, pods = generate_cluster("web", 3, n_nodes=6, n_pods=200, trace_hours=6.0)
+    sim = ReplaySimulator(nodes, pods, config=ReplayConfig(target_load=0.15), seed=1)
+    calls = []
+    original = sim._stats.peak
+    sim._stats.peak = lambda: calls.append(1) or original()
+    from fedsched.common.schedulers import Placement, SchedulerContext, make_scheduler
+
+    kd = make_scheduler("load-variation-risk-balancing", SchedulerContext(rng=np.random.default_rng(0)))
+    while (d := sim.next_pod()) is not None:
+        pod, state = d
+        mask = state.feasible(pod)
+        cand = np.flatnonzero(mask)
+        sim.bind(Placement(int(cand[np.argmax(kd.score(state, pod, cand))]) if len(cand) else -1))
+    assert calls == []
+    f = FeatureBuilder(None).build(sim.state, Pod(0, 100, 100, 0, 0, 0, 1), np.arange(len(nodes)))
+    assert len(calls) == 1 and np.isfinite(f.nodes[:, N("cpu_peak_w")]).all()
