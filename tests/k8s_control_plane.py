@@ -57,6 +57,7 @@ from fedsched.agent.cluster.k8s_objects import node_to_json
 from fedsched.common.model.cluster import NodeTable
 from tests.flower_support import Procs, free_port, tail
 from tests.paths import REPO
+from tests.prometheus_support import wait_for  # re-exported for the k8s tests
 
 K8S_BIN = REPO / ".k8s" / "bin"
 BUILD_SCRIPT = REPO / "scripts" / "build_k8s.sh"
@@ -205,19 +206,6 @@ class KubeAPI:
         self.request("DELETE", f"/api/v1/namespaces/{namespace}/pods",
                      {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
         wait_for(lambda: not self.pods(namespace), wait_s, 0.2, f"the pods of {namespace} deleted")
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.2,
-             what: str = "condition") -> Any:
-    """Poll ``predicate()`` until it returns something truthy; return that or raise TimeoutError."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not reached in {timeout}s (last: {last!r})")
 
 
 # ---- the control plane -------------------------------------------------------------------------------

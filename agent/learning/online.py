@@ -185,18 +185,25 @@ Figures = dict[str, dict[str, dict[str, float]]]
 SMOOTHING = {"hot_cpu_node_s": 600.0, "throttled_cpu_core_s": 60.0, "oom_kills_per_1k_starts": 1.0}
 
 
-def validate(policy: Any, recipe: OnlineRecipe, typical: TypicalPods) -> Figures:
+def validate(policy: Any, recipe: OnlineRecipe, typical: TypicalPods,
+             references: Figures | None = None) -> Figures:
     """Per held-out cluster (``validation_clusters`` per profile, seeds no training cluster has,
-    their validation pods at 85% requested load): the policy, kube-default and the oracle."""
+    their validation pods at 85% requested load): the policy, kube-default and the oracle.
+    ``references`` (filled on the first call) keeps kube-default's and the oracle's figures, which
+    do not depend on the policy, for the next stage's validation."""
     out: Figures = {}
+    refs = references if references is not None else {}
     for profile in recipe.profiles:
         for j in range(recipe.validation_clusters):
             nodes, pods, replay = profile_cluster(profile, 1000 * recipe.seed + 900 + j)
             train, val, _ = split_train_val_test(pods, recipe.test_fraction, recipe.val_fraction)
             val = fits_somewhere(val, nodes)
             cfg = ReplayConfig(**replay, target_load=0.85, allow_unreachable_load=True)
-            rows: dict[str, dict[str, float]] = {}
+            key = f"{profile}-{j}"
+            rows: dict[str, dict[str, float]] = dict(refs.get(key, {}))
             for name in ("policy", "kube-default", ORACLE):
+                if name in rows:
+                    continue
                 if name == "policy":
                     sched = scorer_for(policy, typical)
                 else:
@@ -204,7 +211,8 @@ def validate(policy: Any, recipe: OnlineRecipe, typical: TypicalPods) -> Figures
                     sched = make_policy(name, ctx, "replay")
                 res = run_replay(nodes, val, sched, config=cfg, seed=2024, typical=typical)
                 rows[name] = {m: float(res.metrics[m]) for m in VALIDATION_METRICS}
-            out[f"{profile}-{j}"] = rows
+            refs[key] = {n: r for n, r in rows.items() if n != "policy"}
+            out[key] = rows
     return out
 
 
@@ -297,14 +305,15 @@ def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None =
         fit(policy, decisions, recipe.bc, on_epoch=on_epoch)
     else:
         raise ValueError(f"unknown method {recipe.method!r}: expected credit or distil")
-    figures = validate(policy, recipe, typical) if recipe.validate else {}
+    references: Figures = {}
+    figures = validate(policy, recipe, typical, references) if recipe.validate else {}
     _log_figures(log, recipe.method if init is None else "init", figures)
     first = recipe.method if init is None else "init"
     stages = {first: {"validation": figures, "score": validation_score(figures)}}
     chosen = first
     if recipe.ppo_steps > 0:
         tuned, ppo_rows = fine_tune(policy, recipe, typical, log)
-        tuned_figures = validate(tuned, recipe, typical) if recipe.validate else {}
+        tuned_figures = validate(tuned, recipe, typical, references) if recipe.validate else {}
         _log_figures(log, "ppo", tuned_figures)
         stages["ppo"] = {"validation": tuned_figures, "score": validation_score(tuned_figures),
                          "updates": len(ppo_rows), "last_update": ppo_rows[-1] if ppo_rows else {}}

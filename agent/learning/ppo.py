@@ -216,7 +216,10 @@ class PPOTrainer:
                         rewards: torch.Tensor) -> None:
         """Node credit (``RewardConfig.node_horizon_s``): remember which rollout step took each
         decision, and add each matured credit to its own decision's reward when that decision is
-        in this rollout (credits of decisions of earlier rollouts are dropped)."""
+        in this rollout (credits of decisions of earlier rollouts are dropped). Environments
+        without node credit report no credits: nothing to do then."""
+        if "credits" not in infos and "credits" not in infos.get("final_info", {}):
+            return
         for i in range(len(decision_step)):
             info = _credit_infos(infos, i)
             if "decision" in info:

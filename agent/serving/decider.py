@@ -189,6 +189,7 @@ class Decider:
         # MAX_QUEUED others (each waits within its own budget); past that it falls back at once.
         self._queued = threading.BoundedSemaphore(MAX_QUEUED)
         self._verdicts: dict[tuple[str, str], GateVerdict] = {}
+        self._profile_of: tuple[Any, str] = (None, "")
         self.metrics.set_model(models.version, models.current.path)
         models.prepare = self.warm_up
         models.on_change = self._model_changed
@@ -199,13 +200,21 @@ class Decider:
         self.metrics.set_model(model.version, model.path)
         self.metrics.reloads.labels(result="ok").inc()
 
+    def _profile(self) -> str:
+        """The cluster's profile from its node inventory, recomputed only when the cache builds a
+        new node table (requests must not pay for a scan of every node)."""
+        table = self.cache.table
+        if self._profile_of[0] is not table:
+            self._profile_of = (table, cluster_profile(table))
+        return self._profile_of[1]
+
     def mode_for(self, model: LoadedModel) -> str:
         """The mode this model is served in: ``cfg.mode``, or shadow where the roll-out gate
         refuses it on this cluster's profile (the verdict is logged and exported once per model
         and profile)."""
         if self.cfg.mode == "shadow" or self.cfg.gate is None:
             return self.cfg.mode
-        profile = cluster_profile(self.cache.table) if self.cfg.gate == "auto" else self.cfg.gate
+        profile = self._profile() if self.cfg.gate == "auto" else self.cfg.gate
         key = (model.version, profile)
         verdict = self._verdicts.get(key)
         if verdict is None:
