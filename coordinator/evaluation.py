@@ -1,7 +1,12 @@
 """The hub's central evaluation and per-round record, given to Flower as ``strategy.start(evaluate_fn=...)``.
 
-- :func:`central_evaluator`: the global model's GPU allocation on a held-out openb slice (test
-  pods, packing mode).
+- :func:`online_central_evaluator` (online mode): the global model's trouble score
+  (:func:`fedsched.common.model.metrics.trouble_score`: the mean log ratio of its hot CPU
+  node-seconds, throttled CPU and OOM kills to kube-default's; below 0 is better) on the
+  validation pods of held-out clusters of every member profile (other generator seeds than any
+  member's), replayed at 85% load.
+- :func:`central_evaluator` (packing mode): the global model's GPU allocation on a held-out
+  openb slice (test pods, packing mode).
 - :class:`HubRecorder`: the ``evaluate_fn``. Flower calls it after every round with the
   aggregated arrays (and once before the first round with the initial ones); for each new
   round it evaluates the model, appends the round's entry to ``rounds.json`` (central
@@ -59,6 +64,38 @@ def central_evaluator(n_nodes: int, seed: int = 7) -> Callable[[Weights], dict[s
         m = run_packing(nodes, test, PolicyScheduler(policy, typical), target_load=1.3, seed=seed,
                         typical=typical).metrics
         return {"alloc_gpu": float(m["alloc_gpu"]), "gpu_frag_amount": float(m["gpu_frag_amount"])}
+
+    return evaluate
+
+
+def online_central_evaluator(profiles: int = 4, seed: int = 99_000) -> Callable[[Weights], dict[str, float]]:
+    """policy weights -> trouble score vs kube-default per held-out cluster and their mean (see
+    the module docstring); kube-default's figures are computed once, here."""
+    from fedsched.common.federation.members import member_cluster, reference_typical
+    from fedsched.common.model.metrics import TROUBLE_SMOOTHING, trouble_score
+    from fedsched.common.schedulers import SchedulerContext
+    from fedsched.common.sim.evaluate import make_policy
+    from fedsched.common.sim.replay import ReplayConfig, run_replay
+
+    typical = reference_typical()
+    clusters = [member_cluster(i, seed=seed + i) for i in range(profiles)]
+
+    def metrics(member: Any, sched: Any) -> dict[str, float]:
+        cfg = ReplayConfig(**{**member.replay, "allow_unreachable_load": True})
+        res = run_replay(member.nodes, member.val, sched, config=cfg, seed=seed, typical=typical)
+        return {k: float(res.metrics[k]) for k in TROUBLE_SMOOTHING}
+
+    kube = make_policy("kube-default", SchedulerContext(rng=np.random.default_rng(0)), "replay")
+    refs = [metrics(m, kube) for m in clusters]
+
+    def evaluate(weights: Weights) -> dict[str, float]:
+        policy = NodeScoringPolicy()
+        load_weights(policy, weights)
+        sched = PolicyScheduler(policy, typical)
+        scores = {m.spec.name if m.spec else m.name: trouble_score(metrics(m, sched), ref)
+                  for m, ref in zip(clusters, refs, strict=True)}
+        return {"trouble_score": float(np.mean(list(scores.values()))),
+                **{f"trouble_score_{k}": v for k, v in scores.items()}}
 
     return evaluate
 

@@ -5,8 +5,9 @@ Run config (``context.run_config``; defaults in pyproject's ``[tool.flwr.app.con
 in by :func:`fedsched.common.federation.run_config.with_run_config_defaults` where a runtime
 passes none):
 ``num-server-rounds``, ``strategy`` (fedavg | fedprox | fedtrimmedavg | krum), ``proximal-mu``
-(FedProx), ``fraction-train``, ``min-nodes``, ``norm-bound`` (update validation), ``eval-nodes``
-(the held-out slice), ``init`` (shipped | random starting model) with ``seed``, ``out-dir``
+(FedProx), ``fraction-train``, ``min-nodes``, ``norm-bound`` (update validation), ``mode``
+(online: central trouble score on held-out replay clusters; packing: GPU allocation on the
+``eval-nodes`` held-out openb slice), ``init`` (shipped | random starting model) with ``seed``, ``out-dir``
 (checkpoints and metrics). Every round :class:`fedsched.coordinator.evaluation.HubRecorder`
 evaluates the aggregated model, appends the round to ``rounds.json`` and checkpoints it
 (``global.npz``); ``final.json`` closes the run. A hub restarted with the same ``out-dir``
@@ -29,20 +30,27 @@ from flwr.serverapp import Grid, ServerApp
 from fedsched.common.federation.run_config import with_run_config_defaults
 from fedsched.common.federation.weights import weights_of
 from fedsched.common.learning.nets import NodeScoringPolicy
-from fedsched.coordinator.evaluation import HubRecorder, central_evaluator, load_checkpoint
+from fedsched.coordinator.evaluation import (
+    HubRecorder,
+    central_evaluator,
+    load_checkpoint,
+    online_central_evaluator,
+)
 from fedsched.coordinator.strategies import make_strategy
 
 app = ServerApp()
 
 
-def initial_weights(init: str, seed: int) -> dict[str, np.ndarray]:
-    """The hub's starting model: the shipped policy (a fleet starts from a good scheduler,
-    never from random decisions), or a seeded random initialisation."""
+def initial_weights(init: str, seed: int, mode: str = "online") -> dict[str, np.ndarray]:
+    """The hub's starting model: the shipped policy of the mode (a fleet starts from a good
+    scheduler, never from random decisions: ``learned-online`` in online mode, ``learned`` in
+    packing mode), or a seeded random initialisation."""
     if init == "shipped":
         from fedsched.common.learning.checkpoint import load_checkpoint as load_policy
-        from fedsched.common.schedulers import default_policy_path
+        from fedsched.common.schedulers import LEARNED, LEARNED_ONLINE, default_policy_path
 
-        return weights_of(load_policy(default_policy_path())[0])
+        shipped = default_policy_path(LEARNED_ONLINE if mode == "online" else LEARNED)
+        return weights_of(load_policy(shipped)[0])
     if init != "random":
         raise ValueError(f"init must be 'shipped' or 'random', got {init!r}")
     torch.manual_seed(seed)
@@ -55,12 +63,15 @@ def main(grid: Grid, context: Context) -> None:
     rounds = int(context.run_config["num-server-rounds"])
     out = Path(str(context.run_config["out-dir"]))
     out.mkdir(parents=True, exist_ok=True)
+    mode = str(context.run_config["mode"])
+    if mode not in ("online", "packing"):
+        raise ValueError(f"run config mode must be online or packing, got {mode!r}")
     done, weights = load_checkpoint(out)
     if done >= rounds:
         log(INFO, "hub: %s rounds already done in %s; nothing to resume", rounds, out)
         return
     if weights is None:
-        weights = initial_weights(str(context.run_config["init"]), int(context.run_config["seed"]))
+        weights = initial_weights(str(context.run_config["init"]), int(context.run_config["seed"]), mode)
     name = str(context.run_config["strategy"])
     min_nodes = int(context.run_config["min-nodes"])
     # A strategy's own arguments (FedProx's mu) go to that strategy only.
@@ -71,8 +82,9 @@ def main(grid: Grid, context: Context) -> None:
                              fraction_train=float(context.run_config["fraction-train"]),
                              fraction_evaluate=0.0, min_train_nodes=min_nodes, min_available_nodes=min_nodes,
                              **own)
-    recorder = HubRecorder(out, strategy, central_evaluator(int(context.run_config["eval-nodes"])),
-                           resumed_from=done)
+    evaluator = (online_central_evaluator() if mode == "online"
+                 else central_evaluator(int(context.run_config["eval-nodes"])))
+    recorder = HubRecorder(out, strategy, evaluator, resumed_from=done)
     strategy.start(grid=grid, initial_arrays=ArrayRecord({k: Array(v) for k, v in weights.items()}),
                    num_rounds=rounds - done, train_config=ConfigRecord(), evaluate_fn=recorder)
     recorder.finish(rounds)

@@ -4,13 +4,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # Services the integration tests start themselves (Debian packages): nginx and stunnel4 for the
-# mutual-TLS test, prometheus for the telemetry test; without them those tests skip and say why.
+# mutual-TLS test, prometheus for the telemetry test, chromium and chromium-driver for the check of
+# the main job's HTML report in a headless browser; without them those tests skip and say why.
 # The prometheus package may start its own service on :9090; the tests do not use it (they run
 # their own server on a free port), so it is stopped again.
 if ! command -v nginx >/dev/null 2>&1 || ! command -v stunnel4 >/dev/null 2>&1 \
-    || ! command -v prometheus >/dev/null 2>&1; then
+    || ! command -v prometheus >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    echo "test: installing missing Debian packages (nginx, stunnel4, prometheus)" >&2
+    echo "test: installing missing Debian packages (nginx, stunnel4, prometheus, chromium)" >&2
     (apt-get update -qq \
       && if ! command -v nginx >/dev/null 2>&1 || ! command -v stunnel4 >/dev/null 2>&1; then
            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx stunnel4
@@ -18,8 +19,11 @@ if ! command -v nginx >/dev/null 2>&1 || ! command -v stunnel4 >/dev/null 2>&1 \
       && if ! command -v prometheus >/dev/null 2>&1; then
            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
              && { invoke-rc.d prometheus stop || true; }
+         fi \
+      && if ! command -v chromedriver >/dev/null 2>&1; then
+           DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
          fi) \
-      >.venv/apt.log 2>&1 || echo "test: could not install nginx/stunnel4/prometheus (see .venv/apt.log)" >&2
+      >.venv/apt.log 2>&1 || echo "test: could not install nginx/stunnel4/prometheus/chromium (see .venv/apt.log)" >&2
   fi
 fi
 # checkov (the Helm chart tests' security scan) in its own virtualenv: its pins (packaging<24,

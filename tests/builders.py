@@ -25,3 +25,41 @@ def make_pods(cpu, mem, num_gpu, gpu_milli, spec_mask=None, qos=None) -> PodTabl
         spec_mask=np.asarray(spec_mask if spec_mask is not None else [0] * n, dtype=np.int64),
         qos=np.asarray(qos if qos is not None else [1] * n, dtype=np.int64),
         creation=np.full(n, np.nan), deletion=np.full(n, np.nan))
+
+
+CROWDED = 0.5  # a node whose requested CPU share (its windowed peak without telemetry) is above this
+
+
+def crowded(decision) -> np.ndarray:
+    """Per candidate of a logged decision: True where the node is crowded (see CROWDED)."""
+    from fedsched.common.learning.features import NODE_FEATURES
+
+    return np.asarray(decision.nodes[:, NODE_FEATURES.index("cpu_peak_w")], dtype=np.float64) > CROWDED
+
+
+def log_with_outcomes(log_dir, nodes: NodeTable, pods: PodTable, n: int,
+                      behaviours: tuple[str, ...] = ("best-fit", "kube-default"), hot_s: float = 1800.0):
+    """A decision log as a deployed member's outcome recorder writes it: ``n`` decisions in
+    packing mode, each with its outcome, where a pod put on a crowded node was followed by
+    ``hot_s`` seconds of that node running hot and any other by none. The binds alternate
+    between ``behaviours`` (by default the member's packing policy where it served actively,
+    kube-default where it was in shadow mode)."""
+    from fedsched.agent.learning.bc import collect
+    from fedsched.agent.learning.env import EnvConfig, SchedulingEnv
+    from fedsched.agent.serving.decision_log import DecisionLog
+    from fedsched.common.schedulers import make_scheduler
+
+    log = DecisionLog(log_dir)
+    per = -(-n // len(behaviours))
+    decisions = [(b, d) for k, b in enumerate(behaviours)
+                 for d in collect([SchedulingEnv(nodes, pods, config=EnvConfig(target_load=1.0), seed=k)],
+                                  make_scheduler(b), per)]
+    order = np.random.default_rng(0).permutation(len(decisions))[:n]
+    for b, d in (decisions[i] for i in order):
+        chosen = int(d.best[0])
+        hot = hot_s if crowded(d)[chosen] else 0.0
+        log.append(d, chosen, model_version=b,
+                   reward={"pending_s": 1.0, "overload": float(hot > 0), "oom": 0.0, "hot_s": hot,
+                           "observed_s": 300.0})
+    log.flush()
+    return log

@@ -3,23 +3,27 @@
 Run config (``context.run_config``; defaults in pyproject's ``[tool.flwr.app.config]``, filled in
 by the app's :func:`fedsched.agent.federation.mods.run_config_defaults_mod` where a runtime passes
 none):
-``eta`` (personalisation, rejected outside [0, 1]), ``local-steps`` and the ``ppo-*`` settings
-of the local PPO round, ``upload-every`` (sparse communication), ``upload-norm`` (upload
-earlier when the accumulated change passes this norm), ``openb-nodes``, ``state-dir`` (where
-each member keeps ``W_local``), ``finetune-*`` (a deployed member's fine-tuning). FedProx's
-``proximal-mu`` arrives in the round's config. In simulation the member cluster comes from the
-node's ``partition-id`` (:func:`fedsched.common.federation.members.member_cluster`). In
-deployment the SuperNode's node config names the member's own data: ``cluster-name``,
-``nodes-csv`` and ``pods-csv`` (its cluster in the openb schema), and optionally
-``decision-log`` (a :class:`fedsched.agent.serving.decision_log.DecisionLog` directory) with
-``window``: the member then learns from its own recent decisions (behaviour cloning on the
-log's last ``window`` entries) instead of simulating; with ``serve-policy`` (a checkpoint path)
+``eta`` (personalisation, rejected outside [0, 1]), ``mode`` (``online``: credit regression on
+the member's own rewards in its replay twin, with ``local-decisions`` / ``scarce-decisions``,
+``late-round``, ``local-epochs``, ``local-learning-rate``; ``packing``: PPO with
+``local-steps`` and the ``ppo-*`` settings), ``upload-every`` (sparse communication),
+``upload-norm`` (upload earlier when the accumulated change passes this norm), ``state-dir``
+(where each member keeps ``W_local`` and its experience), ``finetune-*`` (a deployed member's
+update). FedProx's ``proximal-mu`` arrives in the round's config. In simulation the member
+cluster comes from the node's ``partition-id``
+(:func:`fedsched.common.federation.members.member_cluster`). In deployment the SuperNode's
+node config names the member's own data: ``cluster-name``, ``nodes-csv`` and ``pods-csv`` (its
+cluster in the openb schema), and optionally ``decision-log`` (a
+:class:`fedsched.agent.serving.decision_log.DecisionLog` directory) with ``window``: the member
+then learns from the outcomes of its own recent decisions (credit regression on the log's last
+``window`` entries with a known outcome) instead of simulating; with ``serve-policy`` (a checkpoint path)
 it then writes its personalised mix ``eta * W_local + (1 - eta) * W_global`` there, and the
 member's extender (``fedsched serve --policy`` on that path) hot-reloads it.
 
 ``train`` replies with one ArrayRecord holding its float32 delta (``NAME.raw``) and one
-MetricRecord with ``num-examples`` (decisions trained on; 0 when the member skipped its
-upload), the mean reward, bytes sent and received, whether it uploaded and its partition.
+MetricRecord with ``num-examples`` (pods scheduled this round; 0 when the member skipped its
+upload or has not joined yet), the mean reward, bytes sent and received, whether it uploaded,
+its partition, its validation score (online mode; NaN otherwise) and whether it has joined.
 Its mods (:mod:`fedsched.agent.federation.mods`) encode the delta for the wire (INT8 with error
 feedback unless ``codec = "fp32"``) and add the experiment knobs (``fail-rate``,
 ``poison-members`` / ``poison-kind``).
@@ -45,7 +49,7 @@ def train(msg: Message, context: Context) -> Message:
     global_w = {k: v.numpy() for k, v in msg.content["arrays"].items()}
     config = msg.content["config"]
 
-    # One local round: PPO on the member's cluster, or fine-tuning on its decision log.
+    # One local round: learning from the member's own rewards (its replay twin, or its decision log).
     result = member_round(member, state, global_w, context.run_config, context.node_config,
                           server_round=int(config["server-round"]), mu=float(config.get("proximal-mu", 0.0)))
 
@@ -55,7 +59,8 @@ def train(msg: Message, context: Context) -> Message:
         "num-examples": int(result.examples), "mean-reward": float(result.mean_reward),
         "bytes-up": int(nbytes(update)), "bytes-down": int(nbytes(global_w)),
         "bytes-up-fp32": int(nbytes(result.delta)), "uploaded": int(result.upload),
-        "partition": partition_id(context.node_config),
+        "partition": partition_id(context.node_config), "val-score": float(result.val_score),
+        "joined": int(result.joined),
     })
     arrays = ArrayRecord({k: Array(v) for k, v in update.items()})
     return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)

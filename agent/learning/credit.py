@@ -22,7 +22,13 @@ inputs and its serving path are those of every node-scoring policy (``NodeScorin
 ``PolicyScheduler``): nothing new to serve.
 
 The same regression runs on a deployed member's decision log, whose records carry the outcome
-of every bound decision (``agent/serving/outcomes.py``).
+of every bound decision (``agent/serving/outcomes.py``): :func:`credited_from_log` turns a
+record's outcome into the same credit (its node's hot minutes and the pod's OOM kills over the
+horizon; throttling is not measured there and counts 0) and its tie from the chosen node's
+features (:func:`tie_from_features`, kube-default's formula on the feature columns). A
+federated member's simulated experience is kept in the same log format with the credit and the
+tie recorded exactly (reward columns ``credit`` and ``tie``). :func:`fit_credit` takes FedProx's
+proximal term (``proximal_mu`` with an ``anchor``).
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedsched.agent.learning.env import SchedulingEnv
+from fedsched.agent.learning.env import RewardConfig, SchedulingEnv
+from fedsched.common.learning.features import NODE_FEATURES, POD_FEATURES
 from fedsched.common.learning.records import Decision
 from fedsched.common.schedulers import Scheduler
 from fedsched.common.schedulers.base import Placement
@@ -64,6 +71,9 @@ class CreditConfig:
     """Adam step size"""
     seed: int = 1
     """seeds the behaviour choices, the data order and the initialisation"""
+    warmup: int = 0
+    """decisions at the start of every episode taken under the behaviour policy but not
+    collected (a replay starts from an empty cluster: its first decisions meet no trouble)"""
 
 
 @dataclass
@@ -85,6 +95,7 @@ def collect_credited(envs: Sequence[SchedulingEnv], behaviours: Sequence[Schedul
     rng = np.random.default_rng(cfg.seed)
     kube = KubeDefault()
     pending: list[dict[int, tuple[Decision, int, float]]] = [{} for _ in envs]
+    steps = [0] * len(envs)
     out: list[Credited] = []
     for env in envs:
         env.reset()
@@ -107,7 +118,9 @@ def collect_credited(envs: Sequence[SchedulingEnv], behaviours: Sequence[Schedul
             d = Decision(feats.nodes.astype(np.float16), feats.pod, feats.context, np.array([pick]),
                          has_gpus=state.nodes.total_gpu_milli > 0)
             _, _, term, trunc, info = env.step_placement(Placement(node, sched.select_gpus(state, pod, node)))
-            pending[i][int(info["decision"])] = (d, pick, tie)
+            if steps[i] >= cfg.warmup:
+                pending[i][int(info["decision"])] = (d, pick, tie)
+            steps[i] += 1
             before = len(out)
             for serial, c in info["credits"]:
                 rec = pending[i].pop(int(serial), None)
@@ -117,6 +130,7 @@ def collect_credited(envs: Sequence[SchedulingEnv], behaviours: Sequence[Schedul
                 progress(len(out))
             if term or trunc:
                 pending[i].clear()
+                steps[i] = 0
                 env.reset()
             if len(out) >= cfg.samples:
                 break
@@ -131,12 +145,71 @@ def targets(data: Sequence[Credited], tie_weight: float) -> np.ndarray:
     return (-np.log1p(-np.minimum(credit, 0.0)) + tie_weight * tie).astype(np.float32)
 
 
+_F = {n: i for i, n in enumerate(NODE_FEATURES)}
+_POD_CPU, _POD_MEM = POD_FEATURES.index("cpu"), POD_FEATURES.index("mem")
+
+
+def tie_from_features(nodes: np.ndarray, pod: np.ndarray | None = None) -> np.ndarray:
+    """kube-default's score (``KubeDefault.score``, 50..200) / 100 of each candidate computed
+    from its feature row (``[K, F]``): LeastAllocated on the free CPU and memory shares after
+    the pod, plus BalancedAllocation's change in balance (skipped, as kube does, for a ``pod``
+    that requests neither CPU nor memory).
+    Float arithmetic on float16 features and requests without kube's 100 m / 200 MiB defaults,
+    so it is kube's score to within a few points: the pessimism margin of the regression target
+    where the exact score is not known (a decision log holds features, not states)."""
+    x = np.asarray(nodes, dtype=np.float64)
+    cpu_after, mem_after = x[:, _F["cpu_after"]], x[:, _F["mem_after"]]
+    fit = 100.0 * (np.clip(cpu_after, 0.0, 1.0) + np.clip(mem_after, 0.0, 1.0)) / 2.0
+    with_ = 100.0 * (1.0 - x[:, _F["imbalance_after"]])
+    without = 100.0 * (1.0 - np.abs(x[:, _F["cpu_free"]] - x[:, _F["mem_free"]]) / 2.0)
+    balanced = 50.0 + (50.0 + with_ - without) / 2.0
+    if pod is not None and pod[_POD_CPU] == 0 and pod[_POD_MEM] == 0:
+        balanced = np.zeros_like(balanced)
+    return (fit + balanced) / 100.0
+
+
+def log_credit(reward: dict[str, float], weights: RewardConfig) -> float | None:
+    """A logged decision's credit (<= 0), on the scale of the replay node credit: ``credit``
+    when the log recorded it (a simulated member's experience), else from the serving outcome
+    (``hot_s``: seconds the chosen node ran hot after the bind, ``oom``: OOM kills on it since)
+    with the node credit's weights. None when the outcome is unknown."""
+    if "credit" in reward:
+        return min(float(reward["credit"]), 0.0)
+    if "hot_s" not in reward and "oom" not in reward:
+        return None
+    hot = float(reward.get("hot_s", 0.0))
+    oom = float(reward.get("oom", 0.0))
+    return -(weights.node_hot * max(hot, 0.0) / 60.0 + weights.node_oom * max(oom, 0.0))
+
+
+def credited_from_log(records: Sequence, weights: RewardConfig | None = None) -> list[Credited]:
+    """The credited decisions of decision-log records (``LoggedDecision``): their credit
+    (:func:`log_credit`) and their tie (the record's ``tie`` if present, else
+    :func:`tie_from_features` of the chosen node). Records without a known outcome are left out."""
+    w = weights or RewardConfig()
+    out: list[Credited] = []
+    for r in records:
+        credit = log_credit(r.reward, w)
+        if credit is None:
+            continue
+        d = r.decision
+        tie = (float(r.reward["tie"]) if "tie" in r.reward
+               else float(tie_from_features(d.nodes[r.chosen:r.chosen + 1], d.pod)[0]))
+        out.append(Credited(Decision(d.nodes, d.pod, d.context, np.array([r.chosen]), has_gpus=d.has_gpus),
+                            int(r.chosen), credit, tie))
+    return out
+
+
 def fit_credit(policy: torch.nn.Module, data: Sequence[Credited], cfg: CreditConfig,
-               on_epoch: Callable[[dict[str, float]], None] | None = None) -> dict[str, float]:
+               on_epoch: Callable[[dict[str, float]], None] | None = None,
+               anchor: dict[str, torch.Tensor] | None = None, proximal_mu: float = 0.0) -> dict[str, float]:
     """Regress ``policy``'s logit of each chosen node onto its target; returns the last epoch's
-    statistics (MSE, and the R^2 of the chosen logits against the targets)."""
+    statistics (MSE, and the R^2 of the chosen logits against the targets). With
+    ``proximal_mu > 0`` the loss adds FedProx's ``mu / 2 * ||w - anchor||^2``."""
     from fedsched.agent.learning.bc import _batch
 
+    if not data:
+        raise ValueError("credit regression needs at least one credited decision")
     decisions = [c.decision for c in data]
     chosen = np.array([c.chosen for c in data], dtype=np.int64)
     y = targets(data, cfg.tie_weight)
@@ -155,11 +228,14 @@ def fit_credit(policy: torch.nn.Module, data: Sequence[Credited], cfg: CreditCon
             logits, _ = policy(nodes, pod, ctx, mask)
             pred = logits.gather(1, torch.from_numpy(chosen[idx])[:, None])[:, 0]
             loss = torch.mean((pred - torch.from_numpy(y[idx])) ** 2)
+            if proximal_mu > 0 and anchor is not None:
+                loss = loss + proximal_mu / 2 * sum(((p - anchor[n]) ** 2).sum()
+                                                    for n, p in policy.named_parameters() if n in anchor)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
             opt.step()
-            losses.append(float(loss.detach()))
+            losses.append(float(torch.mean((pred.detach() - torch.from_numpy(y[idx])) ** 2)))
         mse = float(np.mean(losses))
         stats = {"epoch": epoch + 1, "mse": mse, "r2": 1.0 - mse / var, "seconds": time.perf_counter() - t0}
         if on_epoch is not None:

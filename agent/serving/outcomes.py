@@ -8,6 +8,10 @@ really went to as ``chosen`` and the outcome as reward terms:
 - ``pending_s``: seconds from the pod's creation to its binding (NaN when unknown);
 - ``overload``: 1 if the node went into overload (real CPU above the overload threshold, from
   telemetry) after the binding, else 0; ``oom``: OOM kills seen on the node since;
+- ``hot_s``: seconds the node ran hot (measured CPU at or above the online metrics' hot-node
+  threshold, 0.85) after the binding, sampled at every tick (NaN without telemetry): with
+  ``oom``, the node credit a member's local update learns from
+  (``fedsched.agent.learning.credit.credited_from_log``);
 - ``cpu_util``: the node's real CPU use at the end of the horizon (NaN without telemetry);
 - ``observed_s``: how long the outcome was watched (the horizon, or less at shutdown).
 
@@ -35,7 +39,7 @@ import numpy as np
 from fedsched.agent.cluster.cache import BoundPod
 from fedsched.agent.serving.decider import Decider, Decision
 from fedsched.agent.serving.decision_log import DecisionLog
-from fedsched.common.learning.features import Features
+from fedsched.common.learning.features import HOT_THRESHOLD, Features
 from fedsched.common.learning.records import Decision as LogDecision
 
 log = logging.getLogger("fedsched.serve")
@@ -51,6 +55,9 @@ class _Waiting:
     bound: BoundPod | None = None
     overload0: int = 0
     oom0: int = 0
+    hot_s: float = 0.0  # seconds the bound node was seen hot since the binding
+    seen_at: float = math.nan  # the last time hot_s was updated
+    measured: bool = False  # the node's CPU was measured at least once since the binding
 
 
 class OutcomeRecorder:
@@ -112,6 +119,7 @@ class OutcomeRecorder:
             if w is None or w.bound is not None:
                 return
             w.bound = b
+            w.seen_at = b.bound_at
             i = self.cache.index.get(b.node)
             if i is not None:
                 w.overload0 = int(self.cache.telemetry.overload_count[i])
@@ -122,6 +130,7 @@ class OutcomeRecorder:
         now = self.clock() if now is None else now
         due: list[tuple[str, _Waiting]] = []
         with self._lock:
+            self._sample_hot(now)
             for uid, w in list(self.waiting.items()):
                 if w.bound is not None and (final or now - w.bound.bound_at >= self.horizon_s):
                     due.append((uid, w))
@@ -133,6 +142,19 @@ class OutcomeRecorder:
             if len(self.log) > self.max_decisions:
                 self.log.prune(self.max_decisions)
         return len(due)
+
+    def _sample_hot(self, now: float) -> None:
+        """Charge every bound decision the time since its last sample if its node is hot now."""
+        ratio = self.cache.cpu_ratio
+        for w in self.waiting.values():
+            if w.bound is None or not now > w.seen_at:
+                continue
+            i = self.cache.index.get(w.bound.node)
+            if i is not None and math.isfinite(float(ratio[i])):
+                w.measured = True
+                if float(ratio[i]) >= HOT_THRESHOLD:
+                    w.hot_s += now - w.seen_at
+            w.seen_at = now
 
     def _write(self, w: _Waiting, now: float) -> None:
         b = w.bound
@@ -154,6 +176,7 @@ class OutcomeRecorder:
             "oom": oom,
             "cpu_util": cpu_util,
             "observed_s": max(0.0, now - b.bound_at),
+            "hot_s": w.hot_s if w.measured else math.nan,
         }
         f = w.features
         self.log.append(

@@ -1,30 +1,73 @@
 """The member clusters of the federation.
 
-- :func:`member_cluster`: which cluster a simulated member runs, by partition id:
-  0 an openb GPU training slice (the openb default pods' train part), 1 a CPU web cluster
-  with diurnal synthetic load, 2 a small edge cluster, then the three profiles again with
-  other seeds, so any number of non-IID members can be simulated.
-- :func:`member_from_node_config`: a deployed member's own cluster from its node config
-  (its node inventory and recent pods as openb-schema CSVs).
+- :data:`MEMBERS` / :func:`member_cluster`: which cluster a simulated member runs, by partition
+  id. Five non-IID profiles: a GPU training cluster, a CPU web cluster with a daily cycle, a
+  small edge cluster, a GPU inventory whose work is mostly CPU-heavy pods (where keeping CPU pods
+  off GPU nodes matters), and a second web cluster that joins the federation late. Two of them
+  are *data-scarce*: they schedule few pods per round (``scarce`` decisions budget in the run
+  config). Partition ids past the table cycle through it with other generator seeds, so any
+  number of members can be simulated. Every member's pods are split by the project's stable
+  hash into train (its local experience), validation (its per-round quality) and test (the
+  held-out workload the main job judges on).
+- :func:`member_from_node_config`: a deployed member's own cluster from its node config (its
+  node inventory and recent pods as openb-schema CSVs).
+
+May import: ``fedsched.common.model`` only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fedsched.common.model.cluster import NodeTable, PodTable
+from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.synthetic import generate_cluster
 from fedsched.common.model.traces import (
     builtin_trace,
     fits_somewhere,
     load_nodes,
     load_pods,
-    slice_cluster,
-    split_by_hash,
+    split_train_val_test,
 )
 
-PROFILES = ("gpu-openb", "web", "edge")
+TEST_FRACTION, VAL_FRACTION = 0.3, 0.15
+
+
+@dataclass(frozen=True)
+class MemberSpec:
+    """One row of the member table: a synthetic profile with its generator parameters."""
+
+    name: str
+    profile: str  # a synthetic profile of fedsched.common.model.synthetic
+    params: dict[str, Any]  # generate_cluster overrides
+    scarce: bool = False  # schedules the run config's scarce-decisions per round instead of local-decisions
+    late: bool = False  # joins at the run config's late-round
+    why: str = ""
+
+
+MEMBERS: tuple[MemberSpec, ...] = (
+    MemberSpec("gpu-train", "gpu", {"n_nodes": 10, "n_pods": 1100, "trace_hours": 24.0,
+                                    "cpu_pod_fraction": 0.3, "share_fraction": 0.3,
+                                    "cores_per_gpu_median": 6.0},
+               why="GPU training and inference, 30% CPU-side pods"),
+    MemberSpec("web", "web", {"n_nodes": 8, "n_pods": 4000, "trace_hours": 24.0, "cpu_median_milli": 900.0,
+                              "cpu_max_milli": 8000, "diurnal_amplitude": 0.35},
+               why="CPU-only web services with a daily cycle"),
+    MemberSpec("edge", "edge", {"n_nodes": 6, "n_pods": 1600, "trace_hours": 8.0, "gpu_node_fraction": 0.0,
+                                "cpu_median_milli": 600.0, "cpu_max_milli": 3000, "mem_median_mib": 512.0},
+               scarce=True, why="small edge nodes, bursty best-effort pods; few pods per round"),
+    MemberSpec("gpu-cpuheavy", "gpu", {"n_nodes": 8, "n_pods": 900, "trace_hours": 24.0,
+                                       "cpu_pod_fraction": 0.6, "share_fraction": 0.2,
+                                       "cpu_pod_cpu_median_milli": 10000.0, "cores_per_gpu_median": 10.0},
+               scarce=True, why="a GPU inventory running mostly CPU-heavy pods; few pods per round"),
+    MemberSpec("web-late", "web", {"n_nodes": 6, "n_pods": 3000, "trace_hours": 24.0,
+                                   "cpu_median_milli": 1200.0, "cpu_max_milli": 8000,
+                                   "diurnal_amplitude": 0.25},
+               late=True, why="a web cluster that joins the federation late"),
+)
 
 
 @dataclass
@@ -33,26 +76,32 @@ class Member:
 
     name: str
     nodes: NodeTable
-    train: PodTable  # the member's training pods
-    test: PodTable  # its held-out pods (evaluation only)
+    train: PodTable  # the member's own experience (training)
+    test: PodTable  # its held-out pods (final evaluation only)
+    val: PodTable | None = None  # its validation pods (per-round quality, model selection)
+    spec: MemberSpec | None = None
+    replay: dict[str, Any] = field(default_factory=lambda: {"target_load": 0.85})
 
 
-def member_cluster(partition_id: int, openb_nodes: int = 120) -> Member:
-    """The simulated member cluster of a partition (see the module docstring)."""
-    kind = PROFILES[partition_id % len(PROFILES)]
-    seed = 1000 + partition_id
-    if kind == "gpu-openb":
-        nodes = load_nodes(builtin_trace("openb_node_list_gpu_node.csv"))
-        nodes = slice_cluster(nodes, openb_nodes, seed)
-        pods = load_pods(builtin_trace("openb_pod_list_default.csv"), nodes, allow_oversized=True)
-        pods = fits_somewhere(pods, nodes)
-    else:
-        nodes, pods = generate_cluster(kind, seed=seed)
-    train, test = split_by_hash(pods, 0.3)
-    return Member(f"{kind}-{partition_id}", nodes, train, test)
+def member_spec(partition_id: int) -> MemberSpec:
+    """The table row of a partition (cycling past the table's end)."""
+    return MEMBERS[partition_id % len(MEMBERS)]
 
 
-def member_from_node_config(node_config) -> Member | None:
+def member_cluster(partition_id: int, seed: int | None = None) -> Member:
+    """The simulated member cluster of a partition (see the module docstring); ``seed``
+    (default ``1000 + partition_id``) draws another cluster of the same profile (the hub's
+    held-out clusters)."""
+    if partition_id < 0:
+        raise ValueError(f"partition id must be >= 0, got {partition_id}")
+    spec = member_spec(partition_id)
+    nodes, pods = generate_cluster(spec.profile, seed=1000 + partition_id if seed is None else seed,
+                                   **dict(spec.params))
+    train, val, test = split_train_val_test(fits_somewhere(pods, nodes), TEST_FRACTION, VAL_FRACTION)
+    return Member(f"{spec.name}-{partition_id}", nodes, train, test, val, spec)
+
+
+def member_from_node_config(node_config: Mapping[str, Any] | None) -> Member | None:
     """A deployed member's own cluster, from its SuperNode's ``--node-config``:
     ``cluster-name``, ``nodes-csv`` and ``pods-csv`` (openb schema: its node inventory and its
     recent pods, e.g. exported from the API server). None in simulation (no ``nodes-csv``)."""
@@ -64,5 +113,18 @@ def member_from_node_config(node_config) -> Member | None:
         raise ValueError("node config: nodes-csv needs pods-csv (the member's recent pods)")
     nodes = load_nodes(str(nodes_csv))
     pods = load_pods(str(pods_csv), nodes, allow_oversized=True)
-    train, test = split_by_hash(fits_somewhere(pods, nodes), 0.3)
-    return Member(str(node_config.get("cluster-name", Path(str(nodes_csv)).stem)), nodes, train, test)
+    train, val, test = split_train_val_test(fits_somewhere(pods, nodes), TEST_FRACTION, VAL_FRACTION)
+    return Member(str(node_config.get("cluster-name", Path(str(nodes_csv)).stem)), nodes, train, test, val)
+
+
+_TYPICAL: list[TypicalPods] = []
+
+
+def reference_typical() -> TypicalPods:
+    """The typical pods of the fragmentation features, one set for every member, the hub and
+    serving (the online policy's: the openb default trace's train part, the project's hash split)."""
+    if not _TYPICAL:
+        all_nodes = load_nodes(builtin_trace("openb_node_list_all_node.csv"))
+        pods = load_pods(builtin_trace("openb_pod_list_default.csv"), all_nodes)
+        _TYPICAL.append(TypicalPods.from_pods(split_train_val_test(pods, 0.3, 0.1)[0]))
+    return _TYPICAL[0]

@@ -74,7 +74,7 @@ HUB_PUBLIC = "fleet.example.com"
 CLUSTER = "cluster-a"
 RUN_TIMEOUT = 150
 #: Small rounds: two of them, one member, a small central evaluation.
-RUN_CONFIG = "num-server-rounds=2 min-nodes=1 local-steps=32 openb-nodes=30 eval-nodes=40"
+RUN_CONFIG = "num-server-rounds=2 min-nodes=1 local-decisions=20 scarce-decisions=10 local-epochs=1"
 
 
 @dataclass
@@ -100,22 +100,15 @@ def flower_env(loc: Localizer, c: dict[str, Any]) -> dict[str, str]:
 
 def member_data(data: Path, nodes_csv: Path, pods_csv: Path) -> None:
     """What a member's PVC holds after some time in shadow mode: its cluster (openb-schema CSVs)
-    and a decision log, as tests/agent/federation/test_client_app.py builds them."""
-    from fedsched.agent.learning.bc import collect
-    from fedsched.agent.learning.env import EnvConfig, SchedulingEnv
-    from fedsched.agent.serving.decision_log import DecisionLog
+    and a decision log with outcomes, as tests/agent/federation/test_client_app.py builds them."""
     from fedsched.common.model.synthetic import generate_cluster, write_csvs
-    from fedsched.common.schedulers import make_scheduler
+    from tests.builders import log_with_outcomes
 
     nodes, pods = generate_cluster("gpu", seed=3, n_nodes=16, n_pods=120)
     n_csv, p_csv = write_csvs(nodes, pods, nodes_csv.parent, "member")
     n_csv.rename(nodes_csv)
     p_csv.rename(pods_csv)
-    env = SchedulingEnv(nodes, pods, config=EnvConfig(target_load=1.0), seed=0)
-    log = DecisionLog(data / "decisions")
-    for d in collect([env], make_scheduler("kube-default"), 200):
-        log.append(d, int(d.best[0]), model_version="kube-default")
-    log.flush()
+    log_with_outcomes(data / "decisions", nodes, pods, 200)
 
 
 @pytest.fixture(scope="module")

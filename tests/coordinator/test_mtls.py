@@ -50,7 +50,8 @@ APP_DIR = REPO
 pytestmark = [pytest.mark.skipif(bool(missing_tools()), reason="; ".join(missing_tools()))]
 
 RUN_TIMEOUT = 150  # flwr run of 2 tiny rounds (about 40 s here)
-RUN_CONFIG = {"num-server-rounds": 2, "min-nodes": 2, "local-steps": 32, "openb-nodes": 30, "eval-nodes": 40}
+RUN_CONFIG = {"num-server-rounds": 2, "min-nodes": 2, "local-decisions": 20, "scarce-decisions": 10,
+              "local-epochs": 1}
 
 
 @dataclass

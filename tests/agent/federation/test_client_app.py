@@ -11,15 +11,12 @@ from flwr.supercore.task_identity import TaskIdentity
 from fedsched.agent.federation.client_app import app, train
 from fedsched.agent.federation.mods import RESIDUAL_KEY, run_config_defaults_mod
 from fedsched.agent.federation.task import ppo_config
-from fedsched.agent.learning.bc import collect
-from fedsched.agent.learning.env import EnvConfig, SchedulingEnv
-from fedsched.agent.serving.decision_log import DecisionLog
 from fedsched.common.federation.codec import decode_int8
 from fedsched.common.federation.run_config import app_defaults, with_defaults
 from fedsched.common.federation.weights import weights_of
 from fedsched.common.learning.nets import NodeScoringPolicy
 from fedsched.common.model.synthetic import generate_cluster, write_csvs
-from fedsched.common.schedulers import make_scheduler
+from tests.builders import log_with_outcomes
 
 
 @pytest.fixture(autouse=True)
@@ -38,9 +35,12 @@ def message(weights: dict, server_round: int = 1) -> Message:
 
 
 def sim_context(state_dir, partition: int = 1, **run_config) -> Context:
-    """A simulated member (partition 1: the small synthetic web cluster) with a tiny PPO round."""
+    """A simulated member (partition 1: the synthetic web cluster) with a tiny round: PPO in
+    packing mode (the mods do not depend on the mode; online rounds are tested in
+    test_local_rewards.py and through Flower in tests/coordinator/test_federation.py)."""
     return Context(run_id=1, node_id=7, node_config={"partition-id": partition}, state=RecordDict(),
-                   run_config={"local-steps": 16, "state-dir": str(state_dir), **run_config})
+                   run_config={"mode": "packing", "local-steps": 16, "state-dir": str(state_dir),
+                               **run_config})
 
 
 def update(reply: Message) -> dict[str, np.ndarray]:
@@ -54,11 +54,7 @@ def metrics(reply: Message) -> dict:
 def test_deployed_member_learns_from_its_own_data_and_decision_log(tmp_path):
     nodes, pods = generate_cluster("gpu", seed=3, n_nodes=16, n_pods=120)
     n_csv, p_csv = write_csvs(nodes, pods, tmp_path, "member")
-    env = SchedulingEnv(nodes, pods, config=EnvConfig(target_load=1.0), seed=0)
-    log = DecisionLog(tmp_path / "log")
-    for d in collect([env], make_scheduler("kube-default"), 200):
-        log.append(d, int(d.best[0]), model_version="kube-default")
-    log.flush()
+    log_with_outcomes(tmp_path / "log", nodes, pods, 200)  # its decisions and their outcomes
     glob = GLOBAL
     node_config = {"cluster-name": "prod-eu", "nodes-csv": str(n_csv), "pods-csv": str(p_csv),
                    "decision-log": str(tmp_path / "log"), "window": 150,
@@ -72,9 +68,18 @@ def test_deployed_member_learns_from_its_own_data_and_decision_log(tmp_path):
     assert (tmp_path / "state" / "prod-eu" / "local.npz").exists()  # W_local persisted under its name
     # the extender's checkpoint: the personalised mix, loadable by the serving agent
     from fedsched.agent.serving.model_store import ModelStore
+    from fedsched.agent.serving.rollout_gate import gate
     from fedsched.common.federation.codec import personalised_mix
     from fedsched.common.federation.weights import load_npz
+    from fedsched.common.learning.checkpoint import load_checkpoint
 
+    # the roll-out gate of the member's extender judges the mix on the member's own validation pods
+    _, meta, _ = load_checkpoint(tmp_path / "serve" / "policy.pt")
+    assert meta["operating_mode"] == "online" and set(meta["validation"]) == {"gpu-own"}
+    rows = meta["validation"]["gpu-own"]
+    assert set(rows) == {"policy", "kube-default"} and rows["kube-default"]["failed_pods"] >= 0
+    verdict = gate(meta, "gpu")
+    assert verdict.reason and ("beats" in verdict.reason) == verdict.active
     served = ModelStore(str(tmp_path / "serve" / "policy.pt")).current.scheduler.policy
     local = load_npz(tmp_path / "state" / "prod-eu" / "local.npz")
     mix = personalised_mix(local, glob, 0.2)
