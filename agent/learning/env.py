@@ -45,6 +45,7 @@ queue terms (pending time, SLA, failed placements) and fragmentation.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -254,6 +255,30 @@ class SchedulingEnv(gym.Env):
         """The credits the open decisions have earned so far (their horizon not yet over): what
         a trainer whose rollout ends now can give them. They stay open."""
         return [(d[0], self._credit(d)) for d in self._open] if self._node_credit else []
+
+    def clone(self, *, future: np.ndarray | None = None,
+              features: FeatureBuilder | None = None) -> SchedulingEnv:
+        """An independent copy of the episode as it stands, pending decision included (packing
+        mode): stepping the copy (a look-ahead rollout) leaves this environment untouched.
+
+        ``future`` (pool indices) replaces the arrivals after the pending pod
+        (:meth:`PackingSimulator.clone`); ``features``: the copy's feature builder (default:
+        this one's; a separate builder keeps each one's fragmentation cache warm).
+        """
+        if self.cfg.mode != "packing":
+            raise NotImplementedError("clone() supports packing mode only")
+        if self.sim is None:
+            raise RuntimeError("clone() before reset()")
+        c = copy.copy(self)
+        c.sim = self.sim.clone(future)
+        if features is not None:
+            c.features = features
+        c._mask = self._mask.copy()
+        c._nodes = self._nodes.copy()
+        c._open = list(self._open)
+        c._stats = dict(self._stats)
+        c._np_random = copy.deepcopy(self._np_random)
+        return c
 
     def action_masks(self) -> np.ndarray:
         return self._mask.copy()

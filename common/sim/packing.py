@@ -17,6 +17,7 @@ GPU) is recorded; the metrics bin these samples as the artefact does.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -160,6 +161,35 @@ class PackingSimulator:
         self.frag_rate[k] = 100.0 * self.frag.total / idle if idle > 0 else 0.0
         self.k += 1
         self._pod = None
+
+    def clone(self, future: np.ndarray | None = None) -> PackingSimulator:
+        """An independent copy of the run as it stands (for look-ahead rollouts).
+
+        The copy has its own cluster state, fragmentation tracker, random generator and
+        samples; stepping it leaves this simulator untouched. ``future`` (indices into the
+        pool) replaces the arrivals after the pending one (``order[k + 1:]``, or
+        ``order[k:]`` when no pod is pending): a sampled future instead of this run's.
+        """
+        c = copy.copy(self)
+        c.rng = copy.deepcopy(self.rng)
+        c.state = self.state.copy()
+        c.frag = copy.copy(self.frag)
+        c.frag.state = c.state
+        c.frag.per_node = self.frag.per_node.copy()
+        c.gpus = list(self.gpus)
+        if future is None:
+            for name in ("arrived", "alloc", "frag_amt", "frag_rate", "placements"):
+                setattr(c, name, getattr(self, name).copy())
+            return c
+        keep = self.k + (1 if self._pod is not None else 0)
+        c.order = np.concatenate([self.order[:keep], np.asarray(future, dtype=np.int64)])
+        n = len(c.order)
+        for name in ("arrived", "alloc", "frag_amt", "frag_rate", "placements"):
+            old = getattr(self, name)
+            arr = np.empty(n, dtype=old.dtype)
+            arr[: self.k] = old[: self.k]
+            setattr(c, name, arr)
+        return c
 
     def result(self) -> PackingResult:
         """Samples and metrics of the decisions made so far."""
