@@ -330,6 +330,18 @@ def verdicts(report: dict[str, Any], cfg: FederateConfig) -> dict[str, dict[str,
                        if math.isfinite(curve[r - 1]) and curve[r - 1] <= target]
             row["rounds_to_local_only"] = (reached[0] - join + 1) if reached else None
             row["rounds_budget"] = max(1, cfg.rounds // 3)
+        # The issue's goals, met or missed: no worse than both on every member; on a data-scarce
+        # member better than local-only with an interval clear of 0; the late member at
+        # local-only's final quality within a third of the rounds.
+        goals = {"no worse than local-only and kube-default": row["no_worse"]}
+        if info["scarce"]:
+            goals["beats local-only (scarce member)"] = (
+                row["trouble_score vs local-only"]["verdict"] == "better")
+        if info["late"]:
+            reached_in = row["rounds_to_local_only"]
+            goals["reaches local-only within a third of the rounds (late member)"] = (
+                reached_in is not None and reached_in <= row["rounds_budget"])
+        row["goals"] = goals
         out[name] = row
     return out
 
@@ -478,12 +490,14 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("\nverdicts (personalised vs local-only and kube-default, seed-by-seed differences):")
     for name, v in report["verdicts"].items():
         parts = [f"{k}: {d['verdict']} ({d['diff']:+.3g} ± {d['ci95']:.2g})" for k, d in v.items()
-                 if isinstance(d, dict)]
+                 if isinstance(d, dict) and "verdict" in d]
         extra = ""
         if v.get("late"):
             extra = (f"; rounds to local-only's final validation score: {v['rounds_to_local_only']} "
                      f"(goal <= {v['rounds_budget']})")
         lines.append(f"  {name}: {'no worse' if v['no_worse'] else 'WORSE'}; " + "; ".join(parts) + extra)
+        lines.append("    goals: " + "; ".join(f"{g}: {'met' if ok else 'MISSED'}"
+                                             for g, ok in v["goals"].items()))
     for s, b in report["bytes"].items():
         lines.append(f"\nbytes sent ({s}, summed over each member's own reports): int8 {b['int8']:,} vs fp32 "
                      f"{b['fp32']:,} ({b['int8'] / max(b['fp32'], 1):.3f}x); received {b['down']:,}")

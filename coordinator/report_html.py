@@ -22,8 +22,8 @@ def _table(header: list[str], rows: list[list[str]], cls: str) -> str:
 def _verdict_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     keys: list[str] = []
     for v in report["verdicts"].values():
-        keys += [k for k, d in v.items() if isinstance(d, dict) and k not in keys]
-    header = ["member", "verdict", *keys, "late member: rounds to local-only"]
+        keys += [k for k, d in v.items() if isinstance(d, dict) and "verdict" in d and k not in keys]
+    header = ["member", "verdict", *keys, "late member: rounds to local-only", "goals"]
     rows = []
     for name, v in report["verdicts"].items():
         cells = [name, "no worse" if v["no_worse"] else "worse"]
@@ -32,6 +32,7 @@ def _verdict_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             cells.append(f"{d['verdict']} ({d['diff']:+.3g} ± {d['ci95']:.2g})" if d else "")
         late = (f"{v['rounds_to_local_only']} (goal <= {v['rounds_budget']})" if v.get("late") else "")
         cells.append(late)
+        cells.append("; ".join(f"{g}: {'met' if ok else 'missed'}" for g, ok in v.get("goals", {}).items()))
         rows.append(cells)
     return header, rows
 
