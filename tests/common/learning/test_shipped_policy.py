@@ -12,7 +12,11 @@ from fedsched.common.schedulers import LEARNED, SchedulerContext, default_policy
 
 def test_shipped_policy_matches_the_feature_schema_and_records_its_recipe():
     policy, meta, _ = load_checkpoint(default_policy_path())  # raises on a schema mismatch
-    assert meta["algorithm"] == "bc" and meta["hyperparameters"]["teacher"] == "fgd"
+    # behaviour cloning of FGD improved by look-ahead (agent/learning/rollout_improve.py)
+    assert meta["algorithm"] == "rollout-improve" and meta["hyperparameters"]["teacher"] == "fgd"
+    assert "train_default_policy.sh" in meta["recipe"]
+    assert meta["eval_metric"] == "alloc_gpu"
+    assert meta["best_eval"]["value"] > meta["reference"]["kube-default"]  # what the roll-out gate reads
     assert meta["typical_pods"] is not None and len(meta["data_hash"]) == 16
     assert sum(p.numel() for p in policy.parameters()) < 100_000  # a small file
 
