@@ -9,9 +9,13 @@ the reason, and under CI (``CI=true``, :mod:`tests.require_services`) that skip 
 :func:`control_plane` starts etcd and kube-apiserver on free loopback ports in a temporary
 directory with the flags the build script's header lists as verified (token authentication,
 ``AlwaysAllow``, ``--endpoint-reconciler-type none``, the apiserver's own self-signed serving
-pair from ``--cert-dir``), waits for ``/readyz``, writes an admin kubeconfig and returns a
-:class:`ControlPlane` with a small JSON client (:class:`KubeAPI`: ``requests`` with the bearer
-token, the environment's CA bundle and proxies ignored; no kubectl). :func:`kube_scheduler`
+pair from ``--cert-dir``; ``apiserver_args`` adds flags), waits for ``/readyz``, writes an
+admin kubeconfig and returns a :class:`ControlPlane` with a small JSON client (:class:`KubeAPI`:
+``requests`` with the bearer token, the environment's CA bundle and proxies ignored; no
+kubectl). :meth:`ControlPlane.stop_apiserver` / :meth:`~ControlPlane.start_apiserver` restart
+kube-apiserver on the same port and etcd (gracefully, or as a crash), and
+:meth:`ControlPlane.compact_etcd` compacts etcd's history through its v3 gRPC-gateway (JSON on
+the client URL), for the watch tests. :func:`kube_scheduler`
 runs a kube-scheduler against it with given arguments (``--config=FILE``: a
 KubeSchedulerConfiguration made runnable outside a pod by :func:`scheduler_config_for`);
 :func:`check_scheduler_config` has kube-scheduler itself decode, default and validate one and
@@ -224,9 +228,54 @@ class ControlPlane:
     api: KubeAPI
     procs: Processes
     logs: dict[str, Path] = field(default_factory=dict)
+    etcd_url: str = ""
+    apiserver_argv: list[str] = field(default_factory=list)
+    apiserver: subprocess.Popen | None = None
 
     def log_tail(self, name: str, n: int = 3000) -> str:
         return tail(self.logs[name], n)
+
+    # ---- restarting kube-apiserver, compacting etcd ----
+    def stop_apiserver(self, kill: bool = False, timeout: float = 30.0) -> None:
+        """Stop kube-apiserver: SIGTERM, and SIGKILL after ``timeout`` (its graceful shutdown
+        can outlast open watches), or at once with ``kill`` (a crash: every connection reset)."""
+        proc, self.apiserver = self.apiserver, None
+        if proc is None:
+            return
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        else:
+            self.procs.stop(proc, timeout)
+
+    def start_apiserver(self) -> None:
+        """kube-apiserver again with the same flags: the same port, etcd and serving pair (its
+        ``--cert-dir`` already holds one, so the kubeconfig's CA stays valid); waits for /readyz.
+        Call it from the test's own thread: ``PR_SET_PDEATHSIG`` ends a process when the thread
+        that started it ends."""
+        assert self.apiserver is None, "kube-apiserver is running"
+        self.apiserver = _start_apiserver(self.procs, self.apiserver_argv, self.url)
+        self.api.session.close()  # its pooled connections were to the old process
+
+    def etcd(self, method: str, body: dict) -> dict:
+        """A call to etcd's v3 gRPC-gateway (JSON over HTTP on the client URL), e.g.
+        ``etcd("kv/range", {"key": ...})``."""
+        with _session() as s:
+            r = s.post(f"{self.etcd_url}/v3/{method}", json=body, timeout=30)
+        r.raise_for_status()
+        return r.json()
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (what a List's resourceVersion is made of)."""
+        return int(self.etcd("kv/range", {"key": "AA=="})["header"]["revision"])  # key "\0"
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision (``etcdctl compact --physical``):
+        a watch from an older revision is refused by etcd. Returns that revision."""
+        rev = self.etcd_revision()
+        self.etcd("kv/compaction", {"revision": str(rev), "physical": True})
+        return rev
 
 
 def write_kubeconfig(path: Path, server: str, ca: Path, token: str, name: str = "fedsched-test") -> Path:
@@ -285,9 +334,18 @@ def warnings_off() -> Iterator[None]:
         yield
 
 
+def _start_apiserver(procs: Processes, argv: list[str], url: str) -> subprocess.Popen:
+    proc, log = procs.start("kube-apiserver", argv)
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    _wait_ready(proc, log, lambda: _get_ok(f"{url}/readyz", headers=auth, verify=False), "kube-apiserver")
+    return proc
+
+
 @contextlib.contextmanager
-def control_plane(root: Path, bin_dir: Path | None = None) -> Iterator[ControlPlane]:
-    """etcd and kube-apiserver in ``root`` on free loopback ports, ready; stopped on exit."""
+def control_plane(root: Path, bin_dir: Path | None = None,
+                  apiserver_args: tuple[str, ...] = ()) -> Iterator[ControlPlane]:
+    """etcd and kube-apiserver in ``root`` on free loopback ports, ready; stopped on exit.
+    ``apiserver_args`` are added to kube-apiserver's flags (e.g. ``--watch-cache=false``)."""
     bin_dir = bin_dir or k8s_binaries()
     root.mkdir(parents=True, exist_ok=True)
     procs = Processes(root)
@@ -310,7 +368,7 @@ def control_plane(root: Path, bin_dir: Path | None = None) -> Iterator[ControlPl
         tokens.chmod(0o600)
         port = free_port()
         url = f"https://{HOST}:{port}"
-        api_proc, api_log = procs.start("kube-apiserver", [
+        api_argv = [
             str(bin_dir / "kube-apiserver"), "--etcd-servers", etcd_url,
             "--bind-address", HOST, "--advertise-address", HOST, "--secure-port", str(port),
             "--cert-dir", str(root / "pki"),
@@ -318,16 +376,16 @@ def control_plane(root: Path, bin_dir: Path | None = None) -> Iterator[ControlPl
             "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range", "10.96.0.0/12", "--endpoint-reconciler-type", "none",
             "--authorization-mode", "AlwaysAllow", "--token-auth-file", str(tokens),
-        ])
-        auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        _wait_ready(api_proc, api_log, lambda: _get_ok(f"{url}/readyz", headers=auth, verify=False),
-                    "kube-apiserver")
+            *apiserver_args,
+        ]
+        api_proc = _start_apiserver(procs, api_argv, url)
+        api_log = procs.logs / "kube-apiserver.log"
         ca = root / "pki" / "apiserver.crt"  # the self-signed pair --cert-dir wrote (chain with its CA)
         kubeconfig = write_kubeconfig(root / "admin.kubeconfig", url, ca, ADMIN_TOKEN)
         api = KubeAPI(url, ADMIN_TOKEN, ca)
         assert api.get("/readyz") == "ok"
         yield ControlPlane(root, bin_dir, url, ca, ADMIN_TOKEN, kubeconfig, api, procs,
-                           {"etcd": etcd_log, "kube-apiserver": api_log})
+                           {"etcd": etcd_log, "kube-apiserver": api_log}, etcd_url, api_argv, api_proc)
     finally:
         procs.stop_all()
         left = procs.leftovers()

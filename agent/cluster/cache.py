@@ -11,10 +11,11 @@ Sources that feed it:
   :meth:`upsert_node`, :meth:`delete_node`, :meth:`upsert_pod` and :meth:`delete_pod`. A pod
   counts on its node from the moment it has ``spec.nodeName`` until it is deleted or ends
   (phase Succeeded/Failed), as in kube-scheduler's own cache. A pod on a node the cache does
-  not know yet waits and is counted when the node arrives. A pod without ``spec.nodeName``
-  (not ended) of the scheduler :attr:`queue_scheduler` (None: any) is *queued*: their number is
-  ``Telemetry.queue_len``, the policy's ``queue`` feature, as the replay simulator's pending
-  queue (the pod being decided included).
+  not know yet waits and is counted when the node arrives; so does a pod whose Node object is
+  deleted under it (:attr:`detached`: a kubelet registers its deleted Node again). A pod
+  without ``spec.nodeName`` (not ended) of the scheduler :attr:`queue_scheduler` (None: any) is
+  *queued*: their number is ``Telemetry.queue_len``, the policy's ``queue`` feature, as the
+  replay simulator's pending queue (the pod being decided included).
 - A nodes CSV (openb schema, :meth:`from_csv`) for the local mode, with :meth:`bind` as the
   scheduler's bind verb.
 - Telemetry (``agent/telemetry.py``) through :meth:`apply_telemetry`: real CPU and memory use
@@ -129,6 +130,10 @@ class ClusterCache:
         self.trend_alpha = trend_alpha
         self.pods: dict[str, BoundPod] = {}
         self.waiting: dict[str, tuple[dict, str]] = {}  # uid -> (pod JSON, node) for unknown nodes
+        # Pods counted on a node that was then deleted while they still exist (a kubelet
+        # re-registers a deleted Node, and its pods keep running): counted again when the node
+        # comes back, dropped with their own DELETED event or the next relist.
+        self.detached: dict[str, BoundPod] = {}
         self.rejected_objects = 0  # objects that could not be read (logged by the caller)
         self.overcommitted = 0  # pods counted on a node where, by our accounting, they did not fit
         self.generation = 0  # bumps on every change
@@ -206,6 +211,10 @@ class ClusterCache:
         for b in old:
             if b.node in self.index:
                 self._account(b.uid, b.node, b.pod, b.created, b.bound_at, b.gpus, new=False, ref=b.ref)
+        for uid, b in list(self.detached.items()):
+            if b.node in self.index:
+                del self.detached[uid]
+                self._account(b.uid, b.node, b.pod, b.created, b.bound_at, None, new=False, ref=b.ref)
         for uid, (obj, node) in list(self.waiting.items()):
             if node in self.index:
                 del self.waiting[uid]
@@ -246,7 +255,7 @@ class ClusterCache:
             except ObjectError:
                 self.rejected_objects += 1
         with self.lock:
-            self.pods, self.waiting, self.queued = {}, {}, {}
+            self.pods, self.waiting, self.queued, self.detached = {}, {}, {}, {}
             self._set_nodes(infos)
             for obj in pods:
                 self.upsert_pod(obj)
@@ -286,7 +295,7 @@ class ClusterCache:
                 return
             for uid, b in list(self.pods.items()):
                 if b.node == name:
-                    del self.pods[uid]
+                    self.detached[uid] = self.pods.pop(uid)
             self._set_nodes([n for n in self.infos if n.name != name])
 
     def upsert_pod(self, obj: dict) -> None:
@@ -327,6 +336,7 @@ class ClusterCache:
     def delete_pod(self, uid: str) -> None:
         with self.lock:
             self.waiting.pop(uid, None)
+            self.detached.pop(uid, None)
             if self.queued.pop(uid, 0) is None:
                 self.telemetry.queue_len = len(self.queued)
             b = self.pods.pop(uid, None)
