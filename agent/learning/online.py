@@ -319,7 +319,8 @@ def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None =
         tuned_figures = validate(tuned, recipe, typical, references) if recipe.validate else {}
         _log_figures(log, "ppo", tuned_figures)
         stages["ppo"] = {"validation": tuned_figures, "score": validation_score(tuned_figures),
-                         "updates": len(ppo_rows), "last_update": ppo_rows[-1] if ppo_rows else {}}
+                         "updates": len(ppo_rows), "last_update": ppo_rows[-1] if ppo_rows else {},
+                         "curve": ppo_rows}
         # RL must end above its warm start on validation to be kept (lower score is better).
         if not recipe.validate or stages["ppo"]["score"] < stages[first]["score"]:
             policy, figures, chosen = tuned, tuned_figures, "ppo"
