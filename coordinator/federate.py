@@ -412,18 +412,20 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
 
 def bytes_sent(rounds: dict[str, list[dict]]) -> dict[str, Any]:
     """What each member really sent and received, per strategy, summed over its rounds from its
-    own reports (a member that did not upload sent nothing; one not yet joined is absent)."""
+    own reports (every reply, also one without an upload: it carries a zero update) and how
+    many of its replies were uploads."""
     out: dict[str, Any] = {}
     for s, hist in rounds.items():
         per: dict[str, dict[str, int]] = {}
         for h in hist:
             for pid, m in h.get("members", {}).items():
                 row = per.setdefault(pid, {"int8": 0, "fp32": 0, "down": 0, "uploads": 0})
-                sent = int(m.get("uploaded", 1)) == 1
-                row["int8"] += int(m.get("bytes-up", 0)) if sent else 0
-                row["fp32"] += int(m.get("bytes-up-fp32", 0)) if sent else 0
+                # A reply without an upload still carries its (zero) update: Flower wants one
+                # ArrayRecord with the same keys in every reply, so those bytes were sent too.
+                row["int8"] += int(m.get("bytes-up", 0))
+                row["fp32"] += int(m.get("bytes-up-fp32", 0))
                 row["down"] += int(m.get("bytes-down", 0))
-                row["uploads"] += int(sent)
+                row["uploads"] += int(m.get("uploaded", 1)) == 1
         out[s] = {"members": per, "int8": sum(r["int8"] for r in per.values()),
                   "fp32": sum(r["fp32"] for r in per.values()), "down": sum(r["down"] for r in per.values())}
     return out

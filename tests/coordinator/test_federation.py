@@ -148,6 +148,8 @@ def test_federate_main_job_runs_flwr_reports_and_its_html_renders(tmp_path):
                                                      "trouble_score vs local-only"}
     b = report["bytes"]["fedavg"]
     assert b["members"]["4"]["uploads"] == 1 and b["members"]["0"]["uploads"] == 2  # the late member: 1 round
+    # its round-1 reply carried a zero update: sent too, as many bytes as a real one
+    assert b["members"]["4"]["int8"] == b["members"]["0"]["int8"]
     assert 0 < b["int8"] <= 0.26 * b["fp32"] and b["int8"] == sum(m["int8"] for m in b["members"].values())
     out = tmp_path / "out"
     assert (out / "report.json").exists() and (out / "rounds.png").exists()
