@@ -5,9 +5,11 @@ Run config (``context.run_config``; defaults in pyproject's ``[tool.flwr.app.con
 in by :func:`fedsched.common.federation.run_config.with_run_config_defaults` where a runtime
 passes none):
 ``num-server-rounds``, ``strategy`` (fedavg | fedprox | fedtrimmedavg | krum), ``proximal-mu``
-(FedProx), ``fraction-train``, ``min-nodes``, ``norm-bound`` (update validation), ``mode``
-(online: central trouble score on held-out replay clusters; packing: GPU allocation on the
-``eval-nodes`` held-out openb slice), ``init`` (shipped | random starting model) with ``seed``, ``out-dir``
+(FedProx), ``byzantine-fraction`` (the share of members the robust strategies allow for:
+FedTrimmedAvg trims it off each tail, Krum tolerates that share of ``min-nodes``),
+``fraction-train``, ``min-nodes``, ``norm-bound`` (update validation), ``mode`` (online: central
+trouble score on held-out replay clusters; packing: GPU allocation on the ``eval-nodes``
+held-out openb slice), ``init`` (shipped | random starting model) with ``seed``, ``out-dir``
 (checkpoints and metrics). Every round :class:`fedsched.coordinator.evaluation.HubRecorder`
 evaluates the aggregated model, appends the round to ``rounds.json`` and checkpoints it
 (``global.npz``); ``final.json`` closes the run. A hub restarted with the same ``out-dir``
@@ -57,6 +59,20 @@ def initial_weights(init: str, seed: int, mode: str = "online") -> dict[str, np.
     return weights_of(NodeScoringPolicy())
 
 
+def strategy_arguments(name: str, run_config: Any) -> dict[str, Any]:
+    """A strategy's own arguments from the run config, for that strategy only: FedProx's mu,
+    FedTrimmedAvg's trimmed share and Krum's tolerated malicious members (``byzantine-fraction``
+    of ``min-nodes``, rounded down)."""
+    byzantine = float(run_config["byzantine-fraction"])
+    if name == "fedprox":
+        return {"proximal_mu": float(run_config["proximal-mu"])}
+    if name == "fedtrimmedavg":
+        return {"beta": byzantine}
+    if name == "krum":
+        return {"num_malicious_nodes": int(byzantine * int(run_config["min-nodes"]))}
+    return {}
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     context = with_run_config_defaults(context)  # pyproject's defaults where a runtime passed none
@@ -74,10 +90,7 @@ def main(grid: Grid, context: Context) -> None:
         weights = initial_weights(str(context.run_config["init"]), int(context.run_config["seed"]), mode)
     name = str(context.run_config["strategy"])
     min_nodes = int(context.run_config["min-nodes"])
-    # A strategy's own arguments (FedProx's mu) go to that strategy only.
-    own: dict[str, Any] = {}
-    if name == "fedprox":
-        own["proximal_mu"] = float(context.run_config["proximal-mu"])
+    own = strategy_arguments(name, context.run_config)
     strategy = make_strategy(name, norm_bound=float(context.run_config["norm-bound"]), round_offset=done,
                              fraction_train=float(context.run_config["fraction-train"]),
                              fraction_evaluate=0.0, min_train_nodes=min_nodes, min_available_nodes=min_nodes,

@@ -291,3 +291,19 @@ def test_a_failed_member_does_not_stop_the_round(tmp_path):
                  if np.random.default_rng([rnd, pid, 7]).random() >= 0.5]
         assert sorted(s.reports[rnd].kept) == alive and s.reports[rnd].rejected == []
     assert set(result.arrays) == set(initial)
+
+
+@pytest.mark.parametrize(("name", "run_config", "expected"), [
+    ("fedavg", {}, {}),
+    ("fedprox", {"proximal-mu": 0.1}, {"proximal_mu": 0.1}),
+    ("fedtrimmedavg", {"byzantine-fraction": 0.2}, {"beta": 0.2}),
+    ("krum", {"byzantine-fraction": 0.2, "min-nodes": 5}, {"num_malicious_nodes": 1}),
+    ("krum", {"byzantine-fraction": 0.2, "min-nodes": 4}, {"num_malicious_nodes": 0}),
+])
+def test_each_strategy_gets_its_own_arguments_from_the_run_config(name, run_config, expected):
+    from fedsched.common.federation.run_config import with_defaults
+    from fedsched.coordinator.server_app import strategy_arguments
+
+    args = strategy_arguments(name, with_defaults(run_config))
+    assert args == expected
+    make_strategy(name, norm_bound=5.0, fraction_train=1.0, min_train_nodes=2, min_available_nodes=2, **args)
