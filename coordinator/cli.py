@@ -14,7 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("federate", help="federated training of member clusters (Flower simulation)",
                        description=__doc__)
     p.add_argument("--out", required=True, help="output directory (report.json, plots, logs)")
-    p.add_argument("--quick", action="store_true", help="a smaller run (about 2 minutes)")
+    p.add_argument("--quick", action="store_true",
+                   help="a smaller run: 3 rounds, small budgets, 2 seeds, FedAvg only (under 2 minutes)")
     p.add_argument("--clusters", type=int, default=None,
                    help=f"number of member clusters (default: run config min-nodes = "
                         f"{defaults['min-nodes']})")
