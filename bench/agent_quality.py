@@ -60,7 +60,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.provenance import git_commit, machine, write_json
+from harness.provenance import git_commit, machine, strict_json, write_json
 
 from fedsched.common.model.metrics import HIGHER_IS_BETTER, METRICS, mean_ci95
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
@@ -175,7 +175,7 @@ def tidy(out: dict[str, Any]) -> dict[str, Any]:
     present = {p for sc in out["scenarios"].values() for p in sc["result"]["policies"]}
     out["learned"] = {k: v for k, v in out["learned"].items() if k in present}
     out["baselines"] = [b for b in out["baselines"] if b in present]
-    return _clean(out)
+    return strict_json(out)
 
 
 def _cell(m: dict[str, Any], digits: int = 2) -> str:
@@ -331,19 +331,6 @@ def main(argv: list[str] | None = None) -> int:
             argv_online += ["--json", args.online_json]
         return online_quality.main(argv_online)
     return 0
-
-
-def _clean(x: Any) -> Any:
-    """NaN and infinities as None (strict JSON); numpy scalars as Python numbers."""
-    if hasattr(x, "item") and not isinstance(x, list | dict):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    return x
 
 
 if __name__ == "__main__":

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -70,10 +69,9 @@ from extender.report import CAVEAT, goals, print_summary
 from extender.soak import soak_phase
 from extender.throughput import throughput_phase
 from extender.workload import Mirror, Workload, connect, prefill, write_nodes_csv
-from harness.cpu import CpuMeter, pin_to_core
+from harness.cpu import CpuMeter, pin_client_beside_server
 from harness.provenance import git_commit, machine, write_json
 from harness.serve import serve_agent
-from threadpoolctl import threadpool_limits
 
 from fedsched.agent.serving.model_store import ModelStore
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
@@ -103,15 +101,10 @@ def main() -> int:
     soak_minutes = args.soak_minutes if args.soak_minutes is not None else (1.0 if args.quick else 10.0)
     sizes = [int(x) for x in args.sizes.split(",")]
     skip = {x for x in args.skip.split(",") if x}
-    if shutil.which("taskset") is None:
-        print("taskset (util-linux) is required to pin the server", file=sys.stderr)
+    problem = pin_client_beside_server(args.server_core, args.client_core)
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
-    cores = sorted(os.sched_getaffinity(0))
-    if args.server_core not in cores or args.client_core not in cores or args.server_core == args.client_core:
-        print(f"need two distinct usable cores (have {cores})", file=sys.stderr)
-        return 2
-    pin_to_core(args.client_core)
-    threadpool_limits(1)
 
     t_begin = time.time()
 

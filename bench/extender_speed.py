@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -45,10 +44,9 @@ from extender.minimal import load_cluster
 from extender.report import CAVEAT, verdict
 from extender.speed import minimal_extender, ratios, side_by_side
 from extender.workload import Mirror, Workload
-from harness.cpu import ONE_THREAD_ENV, pin_to_core
+from harness.cpu import ONE_THREAD_ENV, pin_client_beside_server
 from harness.provenance import git_commit, machine, write_json
 from harness.serve import get, serve_agent
-from threadpoolctl import threadpool_limits
 
 from fedsched.agent.serving.model_store import ModelStore
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
@@ -93,15 +91,10 @@ def main() -> int:
     ap.add_argument("--client-core", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    if shutil.which("taskset") is None:
-        print("taskset (util-linux) is required to pin the servers", file=sys.stderr)
+    problem = pin_client_beside_server(args.server_core, args.client_core)
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
-    cores = sorted(os.sched_getaffinity(0))
-    if args.server_core not in cores or args.client_core not in cores or args.server_core == args.client_core:
-        print(f"need two distinct usable cores (have {cores})", file=sys.stderr)
-        return 2
-    pin_to_core(args.client_core)
-    threadpool_limits(1)
     t_begin = time.time()
 
     def log(msg: str) -> None:

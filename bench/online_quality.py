@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from harness.provenance import git_commit, machine, write_json
+from harness.provenance import git_commit, machine, strict_json, write_json
 
 from fedsched.common.model.load_metrics import LOAD_METRICS
 from fedsched.common.model.metrics import HIGHER_IS_BETTER, LEGACY_COUNTERS
@@ -307,23 +307,12 @@ def main(argv: list[str] | None = None) -> int:
             "kube_default_hot_cpu_share_pct": 100.0 * kube / (info["nodes"] * info["span_s"]),
         }
         if args.json_out:  # as we go: a long run keeps what it finished
-            write_json(args.json_out, _clean(out), default=_json_default)
+            write_json(args.json_out, strict_json(out), default=_json_default)
     out["wall_s"] = time.time() - t_all
     if args.json_out:
-        write_json(args.json_out, _clean(out), default=_json_default)
+        write_json(args.json_out, strict_json(out), default=_json_default)
     print(f"total {out['wall_s']:.0f} s", file=sys.stderr)
     return 0
-
-
-def _clean(x: Any) -> Any:
-    """NaN and infinities as None (strict JSON)."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    return x
 
 
 def _json_default(x: Any) -> Any:

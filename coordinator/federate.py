@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import math
 import os
@@ -52,7 +53,7 @@ import numpy as np
 
 from fedsched.agent.federation.task import MemberState, joins_at, online_config, online_round
 from fedsched.common.federation.codec import personalised_mix
-from fedsched.common.federation.members import member_cluster
+from fedsched.common.federation.members import member_cluster, reference_typical
 from fedsched.common.federation.run_config import Value, app_defaults, run_config_arg, with_defaults
 from fedsched.common.federation.weights import load_npz
 from fedsched.coordinator.server_app import initial_weights
@@ -234,11 +235,10 @@ def local_only(member_id: int, cfg: FederateConfig, init: dict[str, np.ndarray],
     return weights, scores
 
 
+@functools.cache
 def _member(member_id: int) -> Any:
-    cache = _member.__dict__.setdefault("cache", {})
-    if member_id not in cache:
-        cache[member_id] = member_cluster(member_id)
-    return cache[member_id]
+    """The member's cluster, built once per worker process."""
+    return member_cluster(member_id)
 
 
 def _replay(args: tuple[int, Any, int, str]) -> dict[str, float]:
@@ -248,7 +248,6 @@ def _replay(args: tuple[int, Any, int, str]) -> dict[str, float]:
         VALIDATION_SEED,
         policy_of,
         replay_metrics,
-        typical_pods,
     )
     from fedsched.common.learning.scorers import PolicyScheduler
     from fedsched.common.schedulers import SchedulerContext
@@ -260,7 +259,7 @@ def _replay(args: tuple[int, Any, int, str]) -> dict[str, float]:
         sched = make_policy(spec, SchedulerContext(train_pods=member.train, rng=np.random.default_rng(seed)),
                             "replay")
     else:
-        sched = PolicyScheduler(policy_of(spec), typical_pods())
+        sched = PolicyScheduler(policy_of(spec), reference_typical())
     pods = member.test if split == "test" else member.val
     return replay_metrics(member, sched, pods, seed=seed if split == "test" else VALIDATION_SEED)
 

@@ -50,7 +50,6 @@ from fedsched.common.federation.weights import load_weights, weights_of
 from fedsched.common.learning.nets import NodeScoringPolicy
 from fedsched.common.learning.scorers import PolicyScheduler
 from fedsched.common.model.cluster import PodTable
-from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.metrics import trouble_score
 from fedsched.common.model.traces import fits_somewhere
 from fedsched.common.schedulers import SchedulerContext
@@ -85,12 +84,6 @@ class OnlineRoundConfig:
     """FedProx: weight of ``mu / 2 * ||w - W_global||^2`` (0: FedAvg's plain local fit)"""
 
 
-def typical_pods() -> TypicalPods:
-    """The typical pods of the fragmentation features: one set for every member and for serving,
-    as the online policy's (:func:`fedsched.common.federation.members.reference_typical`)."""
-    return reference_typical()
-
-
 def member_env(member: Member, seed: int, window: float = 0.6) -> SchedulingEnv:
     """The member's replay twin for one round: its nodes and a random contiguous window of its
     training pods (``window`` of them, at least 50), node credit on."""
@@ -99,7 +92,7 @@ def member_env(member: Member, seed: int, window: float = 0.6) -> SchedulingEnv:
     start = int(np.random.default_rng(seed).integers(0, n - size + 1))
     pods = fits_somewhere(member.train.select(np.arange(start, start + size)), member.nodes)
     replay = {**member.replay, "allow_unreachable_load": True}
-    return SchedulingEnv(member.nodes, pods, typical=typical_pods(),
+    return SchedulingEnv(member.nodes, pods, typical=reference_typical(),
                          config=EnvConfig(mode="replay", replay=replay,
                                           reward=RewardConfig(node_horizon_s=CREDIT_HORIZON_S)),
                          seed=seed)
@@ -116,7 +109,7 @@ def collect_round(member: Member, weights: Weights, cfg: OnlineRoundConfig, seed
     behaviour policy that includes the current policy ``weights``."""
     ctx = SchedulerContext(train_pods=member.train, rng=np.random.default_rng(seed))
     behaviours = [make_policy(b, ctx, "replay") for b in BEHAVIOURS]
-    behaviours.append(PolicyScheduler(policy_of(weights), typical_pods(), name="current"))
+    behaviours.append(PolicyScheduler(policy_of(weights), reference_typical(), name="current"))
     env = member_env(member, seed, cfg.window)
     warmup = int(cfg.warmup * len(env.pool))
     return collect_credited([env], behaviours, CreditConfig(samples=cfg.decisions, explore=cfg.explore,
@@ -163,23 +156,33 @@ def replay_metrics(member: Member, scheduler: Any, pods: PodTable,
                    seed: int = VALIDATION_SEED) -> dict[str, float]:
     """The online metrics of one replay of ``pods`` on the member's nodes at its load."""
     cfg = ReplayConfig(**{**member.replay, "allow_unreachable_load": True})
-    res = run_replay(member.nodes, pods, scheduler, config=cfg, seed=seed, typical=typical_pods())
+    res = run_replay(member.nodes, pods, scheduler, config=cfg, seed=seed, typical=reference_typical())
     return {k: float(v) for k, v in res.metrics.items()
             if isinstance(v, int | float | np.floating | np.integer)}
 
 
-def validation_score(member: Member, weights: Weights, state_dir: str | Path) -> float:
-    """The trouble score (``fedsched.common.model.metrics.trouble_score``) of the policy against
-    kube-default on the member's validation pods (lower is better)."""
+def validation_rows(member: Member, weights: Weights,
+                    state_dir: str | Path | None = None) -> dict[str, dict[str, float]]:
+    """The policy beside kube-default on the member's validation pods (``VALIDATION_METRICS``;
+    empty without validation pods): ``{"policy": {...}, "kube-default": {...}}``. kube-default's
+    figures do not depend on the policy: with ``state_dir`` they are computed once and kept there."""
     if member.val is None or not len(member.val):
-        return math.nan
-    ref_path = Path(state_dir) / "kube-validation.json"
-    if ref_path.exists():
+        return {}
+    ref_path = Path(state_dir) / "kube-validation.json" if state_dir is not None else None
+    if ref_path is not None and ref_path.exists():
         ref = json.loads(ref_path.read_text())
     else:
         kube = make_policy("kube-default", SchedulerContext(rng=np.random.default_rng(0)), "replay")
         ref = {m: replay_metrics(member, kube, member.val)[m] for m in VALIDATION_METRICS}
-        ref_path.parent.mkdir(parents=True, exist_ok=True)
-        ref_path.write_text(json.dumps(ref))
-    got = replay_metrics(member, PolicyScheduler(policy_of(weights), typical_pods()), member.val)
-    return trouble_score(got, ref)
+        if ref_path is not None:
+            ref_path.parent.mkdir(parents=True, exist_ok=True)
+            ref_path.write_text(json.dumps(ref))
+    got = replay_metrics(member, PolicyScheduler(policy_of(weights), reference_typical()), member.val)
+    return {"policy": {m: got[m] for m in VALIDATION_METRICS}, "kube-default": ref}
+
+
+def validation_score(member: Member, weights: Weights, state_dir: str | Path) -> float:
+    """The trouble score (``fedsched.common.model.metrics.trouble_score``) of the policy against
+    kube-default on the member's validation pods (lower is better; NaN without them)."""
+    rows = validation_rows(member, weights, state_dir)
+    return trouble_score(rows["policy"], rows["kube-default"]) if rows else math.nan

@@ -248,22 +248,15 @@ def member_round(member: Member, state: MemberState, global_w: Weights, run_conf
 
 
 def member_validation(member: Member, weights: Weights) -> dict[str, dict[str, dict[str, float]]]:
-    """The personalised model beside kube-default on the member's own validation pods (replay of
-    its nodes at its load), keyed as the roll-out gate reads validation figures:
-    ``{"<profile>-own": {"policy": {...}, "kube-default": {...}}}`` (empty without validation pods)."""
-    from fedsched.agent.federation.online_round import policy_of, replay_metrics, typical_pods
-    from fedsched.agent.learning.online import VALIDATION_METRICS as keep
+    """The personalised model beside kube-default on the member's own validation pods
+    (:func:`fedsched.agent.federation.online_round.validation_rows`), keyed as the roll-out gate
+    reads validation figures: ``{"<profile>-own": {"policy": {...}, "kube-default": {...}}}``
+    (empty without validation pods)."""
+    from fedsched.agent.federation.online_round import validation_rows
     from fedsched.agent.serving.rollout_gate import cluster_profile
-    from fedsched.common.learning.scorers import PolicyScheduler
-    from fedsched.common.schedulers import SchedulerContext
-    from fedsched.common.sim.evaluate import make_policy
 
-    if member.val is None or not len(member.val):
-        return {}
-    kube = make_policy("kube-default", SchedulerContext(rng=np.random.default_rng(0)), "replay")
-    rows = {"policy": replay_metrics(member, PolicyScheduler(policy_of(weights), typical_pods()), member.val),
-            "kube-default": replay_metrics(member, kube, member.val)}
-    return {f"{cluster_profile(member.nodes)}-own": {n: {k: r[k] for k in keep} for n, r in rows.items()}}
+    rows = validation_rows(member, weights)
+    return {f"{cluster_profile(member.nodes)}-own": rows} if rows else {}
 
 
 def write_serving_checkpoint(path: str | Path, weights: dict[str, np.ndarray], server_round: int,

@@ -43,6 +43,7 @@ import torch
 from fedsched.agent.learning.env import RewardConfig, SchedulingEnv
 from fedsched.common.learning.features import NODE_FEATURES, POD_FEATURES
 from fedsched.common.learning.records import Decision
+from fedsched.common.learning.scorers import PolicyScheduler
 from fedsched.common.schedulers import Scheduler
 from fedsched.common.schedulers.base import Placement
 from fedsched.common.schedulers.kube_default import KubeDefault
@@ -110,7 +111,11 @@ def collect_credited(envs: Sequence[SchedulingEnv], behaviours: Sequence[Schedul
                 attach = getattr(sched, "attach_simulator", None)
                 if attach is not None:
                     attach(env.sim)
-                scores = np.asarray(sched.score(state, pod, cand), dtype=np.float64)
+                if isinstance(sched, PolicyScheduler) and sched.features.typical is env.typical:
+                    # a policy behaviour sees what the env already built: no second feature build
+                    scores = sched.logits(feats.nodes, feats.pod, feats.context).astype(np.float64)
+                else:
+                    scores = np.asarray(sched.score(state, pod, cand), dtype=np.float64)
                 best = np.flatnonzero(scores == scores.max())
                 pick = int(best[rng.integers(len(best))])
             tie = float(np.asarray(kube.score(state, pod, cand[pick:pick + 1]))[0]) / 100.0

@@ -150,10 +150,11 @@ def profile_cluster(profile: str, seed: int) -> tuple[NodeTable, PodTable, dict[
 
 def reference_typical(recipe: OnlineRecipe) -> TypicalPods:
     """The typical pods of the fragmentation features, one set for every environment and for
-    serving (the checkpoint stores it): the openb default trace's train part."""
-    all_nodes = load_nodes(builtin_trace("openb_node_list_all_node.csv"))
-    pods = load_pods(builtin_trace("openb_pod_list_default.csv"), all_nodes)
-    return TypicalPods.from_pods(split_train_val_test(pods, recipe.test_fraction, recipe.val_fraction)[0])
+    serving (the checkpoint stores it): the openb default trace's train part
+    (:func:`fedsched.common.federation.members.reference_typical`)."""
+    from fedsched.common.federation.members import reference_typical as openb_typical
+
+    return openb_typical(recipe.test_fraction, recipe.val_fraction)
 
 
 def build_envs(recipe: OnlineRecipe, typical: TypicalPods,

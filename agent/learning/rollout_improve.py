@@ -40,7 +40,7 @@ import argparse
 import csv
 import json
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -407,18 +407,13 @@ def summarise(values: list[float]) -> dict[str, float]:
 # ---- CLI -----------------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in fields(Args):
-        default = f.default
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(default, bool):
-            ap.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=default)
-        elif default is None:
-            kind = float if f.name.endswith("_s") else str
-            ap.add_argument(flag, type=kind, default=None)
-        else:
-            ap.add_argument(flag, type=type(default), default=default)
-    return Args(**vars(ap.parse_args(argv)))
+    """``Args`` from ``--flag`` per field (``fedsched.common.cli.dataclass_flags``: the field docs
+    are the help, booleans are ``--aggregate`` / ``--no-aggregate``)."""
+    from fedsched.common.cli.dataclass_flags import add_dataclass_flags, build
+
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    add_dataclass_flags(ap, Args)
+    return build(Args, ap.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:

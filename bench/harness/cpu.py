@@ -23,6 +23,24 @@ def pin_to_core(core: int | None = None) -> int | None:
     return core
 
 
+def pin_client_beside_server(server_core: int, client_core: int) -> str | None:
+    """Check that ``taskset`` can pin a server to ``server_core`` and that the two cores are
+    distinct and usable, then pin this client process to ``client_core`` with one BLAS thread.
+    Returns why not (the caller exits with it), or None."""
+    import shutil
+
+    from threadpoolctl import threadpool_limits
+
+    if shutil.which("taskset") is None:
+        return "taskset (util-linux) is required to pin the server"
+    cores = sorted(os.sched_getaffinity(0))
+    if server_core not in cores or client_core not in cores or server_core == client_core:
+        return f"need two distinct usable cores (have {cores})"
+    pin_to_core(client_core)
+    threadpool_limits(1)
+    return None
+
+
 def rss_mb(pid: int) -> float:
     """A process's resident memory (VmRSS), in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

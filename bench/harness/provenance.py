@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -35,6 +36,19 @@ def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "cpu_model": cpu, "python": platform.python_version(),
             "platform": platform.platform(), "loadavg_start": list(os.getloadavg()),
             "thread_env": {k: os.environ.get(k) for k in THREAD_VARS}}
+
+
+def strict_json(x: Any) -> Any:
+    """``x`` with NaN and infinities as None (strict JSON) and numpy scalars as Python numbers."""
+    if hasattr(x, "item") and not isinstance(x, list | dict | tuple):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: strict_json(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [strict_json(v) for v in x]
+    return x
 
 
 def write_json(path: str | Path, data: Any, default: Callable[[Any], Any] | None = None) -> None:

@@ -17,6 +17,7 @@ May import: ``fedsched.common.model`` only.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,8 @@ from fedsched.common.model.traces import (
     split_train_val_test,
 )
 
-TEST_FRACTION, VAL_FRACTION = 0.3, 0.15
+TEST_FRACTION, VAL_FRACTION = 0.3, 0.15  # a member's own pods: more validation pods than usual
+TEST_SPLIT, VAL_SPLIT = 0.3, 0.1  # the openb trace's split, as every trainer and benchmark uses it
 
 
 @dataclass(frozen=True)
@@ -117,14 +119,11 @@ def member_from_node_config(node_config: Mapping[str, Any] | None) -> Member | N
     return Member(str(node_config.get("cluster-name", Path(str(nodes_csv)).stem)), nodes, train, test, val)
 
 
-_TYPICAL: list[TypicalPods] = []
-
-
-def reference_typical() -> TypicalPods:
-    """The typical pods of the fragmentation features, one set for every member, the hub and
-    serving (the online policy's: the openb default trace's train part, the project's hash split)."""
-    if not _TYPICAL:
-        all_nodes = load_nodes(builtin_trace("openb_node_list_all_node.csv"))
-        pods = load_pods(builtin_trace("openb_pod_list_default.csv"), all_nodes)
-        _TYPICAL.append(TypicalPods.from_pods(split_train_val_test(pods, 0.3, 0.1)[0]))
-    return _TYPICAL[0]
+@functools.cache
+def reference_typical(test_fraction: float = TEST_SPLIT, val_fraction: float = VAL_SPLIT) -> TypicalPods:
+    """The typical pods of the fragmentation features, one set for every member, the hub, the
+    online recipe and serving: the openb default trace's train part under the project's hash
+    split (``test_fraction``, ``val_fraction``). Loaded once per process."""
+    all_nodes = load_nodes(builtin_trace("openb_node_list_all_node.csv"))
+    pods = load_pods(builtin_trace("openb_pod_list_default.csv"), all_nodes)
+    return TypicalPods.from_pods(split_train_val_test(pods, test_fraction, val_fraction)[0])

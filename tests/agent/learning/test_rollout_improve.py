@@ -144,7 +144,7 @@ def test_rollout_value_and_improve_decision_leave_env_untouched() -> None:
 
 
 def test_cli_flags_map_to_args() -> None:
-    a = parse_args(["--top-k", "5", "--teacher", "fgd", "--aggregate", "false", "--time-budget-s", "60"])
+    a = parse_args(["--top-k", "5", "--teacher", "fgd", "--no-aggregate", "--time-budget-s", "60"])
     assert (a.top_k, a.teacher, a.aggregate, a.time_budget_s) == (5, "fgd", False, 60.0)
 
 
