@@ -370,10 +370,12 @@ def run_one(cp: ControlPlane, nodes: NodeTable, pods: PodTable, pod_ids: list[in
                                                result="unschedulable", profile=profile))
         if sp is not None:
             after = agent_metrics(sp, pki)
-            for lab, v in samples(after, "fedsched_fallbacks_total"):
-                before = sum(b for bl, b in samples(agent_before, "fedsched_fallbacks_total") if bl == lab)
-                if v - before:
-                    res.agent[f"fallback:{lab.get('reason', '?')}"] = v - before
+            for family, key, prefix in (("fedsched_fallbacks_total", "reason", "fallback"),
+                                        ("fedsched_early_rankings_total", "result", "early")):
+                for lab, v in samples(after, family):
+                    before = sum(b for bl, b in samples(agent_before, family) if bl == lab)
+                    if v - before:
+                        res.agent[f"{prefix}:{lab.get(key, '?')}"] = v - before
             (run_root / "agent-metrics.txt").write_text(after)
             for verb in ("prioritize", "filter", "ScoreNodes"):
                 d = (total(after, "fedsched_requests_total", verb=verb)

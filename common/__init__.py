@@ -8,7 +8,7 @@ checkpoints, scorers, ONNX export, decision records), ``sim`` (packing and repla
 simulators, the evaluation harness), ``federation`` (weight codec and I/O, run config, member
 clusters), ``security`` (certificates), ``proto`` (wire protocols), ``cli`` (the ``fedsched``
 command: one module per subcommand, loaded by name); ``files`` holds the one atomic-write
-helper every package uses.
+helper every package uses, ``compute`` the one thread setting of the numeric libraries.
 
 May import: nothing from ``fedsched.agent`` or ``fedsched.coordinator`` (checked by
 ``tests/test_architecture.py``).

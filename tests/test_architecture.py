@@ -23,11 +23,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "common": (),  # the package itself and any module not named below
     "agent": (),
     "common.files": (),
+    "common.compute": (),
     "common.security": ("common.files",),
     "common.model": (),
     "common.schedulers": ("common.model",),
     "common.learning": ("common.model", "common.schedulers", "common.files"),
-    "common.sim": ("common.model", "common.schedulers", "common.learning"),
+    "common.sim": ("common.model", "common.schedulers", "common.learning", "common.compute"),
     "common.federation": ("common.model", "common.learning", "common.files"),
     "common.proto": (),
     "common.cli": ("common",),

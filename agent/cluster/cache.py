@@ -18,6 +18,12 @@ Sources that feed it:
   replay simulator's pending queue (the pod being decided included).
 - A nodes CSV (openb schema, :meth:`from_csv`) for the local mode, with :meth:`bind` as the
   scheduler's bind verb.
+- The agent's own decisions, through :meth:`assume` (as kube-scheduler *assumes* a pod on the
+  node it chose before the binding is written): the pod counts on the node the policy picked
+  from the moment of the answer, so the next decision sees it, as the simulator's next one does,
+  instead of a state that lags by the watch. The pod's watch event confirms it (nothing moves
+  then); an event with another node moves it there, one without a node, its deletion or
+  :data:`ASSUME_TTL_S` without an event drop it again.
 - Telemetry (``agent/telemetry.py``) through :meth:`apply_telemetry`: real CPU and memory use
   set ``state.cpu_used`` / ``state.mem_used`` (measured, per node and resource), and a
   :class:`~fedsched.common.learning.features.Telemetry` (usage trend, overload flag and
@@ -116,6 +122,9 @@ def pod_ref(obj: dict) -> tuple[str, str] | None:
     return (str(meta.get("namespace") or ""), str(meta["name"])) if meta.get("name") else None
 
 
+ASSUME_TTL_S = 30.0  # an assumed pod without its binding event after this long is dropped
+
+
 class ClusterCache:
     """Node inventory, bound pods and telemetry as one live :class:`ClusterState`."""
 
@@ -136,7 +145,9 @@ class ClusterCache:
         self.detached: dict[str, BoundPod] = {}
         self.rejected_objects = 0  # objects that could not be read (logged by the caller)
         self.overcommitted = 0  # pods counted on a node where, by our accounting, they did not fit
-        self.generation = 0  # bumps on every change
+        # Bumps on every change a decision could see (state, node flags, telemetry, the pending
+        # queue): a ranking computed at one generation holds while the generation stands.
+        self.generation = 0
         self.synced = False
         self.last_telemetry: float = 0.0  # unix time of the last applied telemetry snapshot
         self.telemetry_up = False
@@ -146,6 +157,9 @@ class ClusterCache:
         self.apps = AppCodes()  # owner key -> Pod.app code
         # Pod.app code -> (CPU use / request, memory use / request); swapped whole, never mutated.
         self.app_table: dict[int, tuple[float, float]] = {}
+        # uid -> (monotonic deadline, resourceVersion decided on) of the pods assume() counted and
+        # no event has shown bound yet, in order of their deadlines
+        self.assumed: dict[str, tuple[float, str]] = {}
         self._set_nodes(list(nodes or []))
 
     # ---- construction ---------------------------------------------------------------------
@@ -255,7 +269,7 @@ class ClusterCache:
             except ObjectError:
                 self.rejected_objects += 1
         with self.lock:
-            self.pods, self.waiting, self.queued, self.detached = {}, {}, {}, {}
+            self.pods, self.waiting, self.queued, self.detached, self.assumed = {}, {}, {}, {}, {}
             self._set_nodes(infos)
             for obj in pods:
                 self.upsert_pod(obj)
@@ -304,6 +318,9 @@ class ClusterCache:
         node = (obj.get("spec") or {}).get("nodeName")
         phase = (obj.get("status") or {}).get("phase")
         with self.lock:
+            if not node and phase not in TERMINAL_PHASES and uid in self.assumed and (
+                    self.assumed[uid][1] == str(meta.get("resourceVersion") or "")):
+                return  # the pending pod as it was decided on (a watch that lags): nothing new
             if not node or phase in TERMINAL_PHASES:
                 self.delete_pod(uid)
                 sched = (obj.get("spec") or {}).get("schedulerName", "default-scheduler")
@@ -312,6 +329,7 @@ class ClusterCache:
                 ):
                     self.queued[uid] = None
                     self.telemetry.queue_len = len(self.queued)
+                    self.generation += 1
                 return
             try:
                 pod = self.pod(obj)
@@ -321,12 +339,16 @@ class ClusterCache:
             ref = pod_ref(obj)
             known = self.pods.get(uid)
             if known is not None and known.node == node and known.pod == pod and known.ref == ref:
+                if self.assumed.pop(uid, None) is not None:  # the binding of an assumed pod
+                    b = self.pods[uid] = replace(known, bound_at=time.time())
+                    for hook in self.on_bound:
+                        hook(b)
                 return
             if node not in self.index:
                 self.delete_pod(uid)
                 self.waiting[uid] = (obj, node)
                 return
-            moved = known is None or known.node != node
+            moved = known is None or known.node != node or uid in self.assumed
             self.delete_pod(uid)
             self._account(
                 uid, node, pod, created_time(obj), time.time() if moved else known.bound_at, None, new=moved,
@@ -335,10 +357,12 @@ class ClusterCache:
 
     def delete_pod(self, uid: str) -> None:
         with self.lock:
+            self.assumed.pop(uid, None)
             self.waiting.pop(uid, None)
             self.detached.pop(uid, None)
             if self.queued.pop(uid, 0) is None:
                 self.telemetry.queue_len = len(self.queued)
+                self.generation += 1
             b = self.pods.pop(uid, None)
             if b is not None:
                 self.state.release(self.index[b.node], b.pod, b.gpus)
@@ -361,12 +385,45 @@ class ClusterCache:
         with self.lock:
             if node not in self.index:
                 raise KeyError(node)
+            if uid in self.assumed:  # the binding of a pod assume() counted: count it as bound
+                self.delete_pod(uid)
             if uid in self.pods:
                 raise ValueError(f"pod {uid} is already bound to {self.pods[uid].node}")
             i = self.index[node]
             if not self.state.feasible(pod)[i]:
                 raise ValueError(f"pod {uid} does not fit on {node}")
             return self._account(uid, node, pod, created, time.time(), gpus, ref=ref)
+
+    def assume(self, obj: dict, pod: Pod, node: str, now: float | None = None) -> bool:
+        """Count the pending pod ``obj`` (read as ``pod``) on ``node``, where the agent's answer
+        makes kube-scheduler put it, until its binding event (module doc). False, and nothing
+        counted, when the pod is already counted, has no uid, or does not fit ``node``."""
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            self._expire_assumed(now)
+            i = self.index.get(node)
+            if not uid or uid in self.pods or i is None or not self.state.feasible(pod, np.array([i]))[0]:
+                return False
+            self._account(uid, node, pod, created_time(obj), time.time(), None, new=False, ref=pod_ref(obj))
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            self.assumed[uid] = (now + ASSUME_TTL_S, version)
+            return True
+
+    def forget(self, uid: str) -> None:
+        """Drop the assumption of pod ``uid`` (if any): it is pending again, as far as the cache
+        knows (a new scheduling attempt of the pod, or its binding never came)."""
+        with self.lock:
+            if uid in self.assumed:
+                self.delete_pod(uid)
+                self.queued[uid] = None
+                self.telemetry.queue_len = len(self.queued)
+
+    def _expire_assumed(self, now: float) -> None:
+        for uid, (deadline, _) in list(self.assumed.items()):
+            if deadline > now:
+                break  # in order of their deadlines
+            self.forget(uid)
 
     def _account(
         self,
@@ -483,3 +540,4 @@ class ClusterCache:
             i = self.index.get(node)
             if i is not None:
                 self.telemetry.oom_count[i] += 1
+                self.generation += 1

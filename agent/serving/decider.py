@@ -18,6 +18,20 @@ Three questions, each answered from the live :class:`~fedsched.agent.cluster.cac
   not fitting by its accounting get 0.
 - **weights** (gRPC ``GetSchedulingWeights``): a weight policy's weights for this decision.
 
+Early ranking: kube-scheduler calls prioritize with exactly the nodes filter passed, after running
+its own PreScore and Score plugins. So when filter has answered a policy pod, the worker ranks the
+passed nodes at once (with a copy of the tie-break generator); prioritize takes that ranking when
+it is for the same pod, model and candidates and the cache has not changed since (its
+``generation``), and otherwise ranks afresh. The answer is the same either way, and the tie-break
+stream advances once per answered pod either way; ``fedsched_early_rankings_total{result}`` counts
+used, stale (the cache moved: ranked again) and unused rankings. ``DeciderConfig.early_rank``
+switches it off.
+
+Assumed pods (``DeciderConfig.assume``, on when serving a watched cluster): a pod the policy
+placed counts on its node in the cache from the answer on (``ClusterCache.assume``), as the
+next decision in the simulator sees the last one, instead of only once the watch delivers the
+binding.
+
 Budget and fallback: the policy runs on a worker thread; if it raises, returns NaN, or has not
 answered when ``budget_ms`` (default 10 ms, from the request's arrival) is close, the answer is
 the kube-default score (LeastAllocated + BalancedAllocation, 0..200 mapped to 0..10) computed
@@ -91,6 +105,10 @@ class DeciderConfig:
     # The roll-out gate (agent/serving/rollout_gate.py) for mode "active": None (off), "auto"
     # (the profile inferred from the node inventory) or a profile name (web, gpu, edge).
     gate: str | None = None
+    early_rank: bool = True  # rank filter's passed nodes as soon as filter answers (module doc)
+    # Count a pod on the node the policy picked from the answer on, until the watch shows it bound
+    # (ClusterCache.assume; serving from a watched cluster, where bindings reach the cache late).
+    assume: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -137,6 +155,23 @@ def _gpu_fits(state: Any, pod: Pod, ids: np.ndarray) -> np.ndarray:
     return ok & ((free >= MILLI_PER_GPU).sum(axis=1) >= pod.num_gpu)
 
 
+@dataclass
+class _EarlyRanking:
+    """A ranking started when filter answered, for prioritize to take (see the module doc)."""
+
+    uid: str
+    pod: Pod
+    names: list[str]  # the candidates, as filter passed them (prioritize's NodeNames)
+    model: LoadedModel
+    rng_uses: int  # Decider._rng_uses when it started: the stream it drew from is still current
+    future: Future  # -> (Ranking, features, cache generation, tie-break generator state after)
+
+
+def _uid(obj: dict) -> str:
+    meta = obj.get("metadata")
+    return str(meta.get("uid") or "") if isinstance(meta, dict) else ""
+
+
 class _NoFeasible(Exception):
     """No candidate fits the pod (raised on the worker, answered with the fallback)."""
 
@@ -151,15 +186,14 @@ def _neutral_pod(obj: dict, scheduler_name: str | None) -> bool:
 def to_extender_scores(scores: np.ndarray, pick: int, top: int = MAX_EXTENDER_SCORE) -> np.ndarray:
     """Integers in 0..``top``: ``top`` for ``pick``, a linear map of the rest onto 0..top-1
     (``top`` = 10 for the extender, 100 for a Score plugin over gRPC)."""
-    out = np.zeros(len(scores), dtype=np.int64)
     if not len(scores):
-        return out
+        return np.zeros(0, dtype=np.int64)
     lo, hi = float(scores.min()), float(scores.max())
     if hi > lo:
-        out[:] = np.floor((scores - lo) / (hi - lo) * (top - 1) + 1e-9).astype(np.int64)
+        out = np.floor((scores - lo) / (hi - lo) * (top - 1) + 1e-9).astype(np.int64)
+        np.minimum(out, top - 1, out=out)  # (s - lo) / (hi - lo) <= 1: never below 0
     else:
-        out[:] = top - 1
-    np.clip(out, 0, top - 1, out=out)
+        out = np.full(len(scores), top - 1, dtype=np.int64)
     if pick >= 0:
         out[pick] = top
     return out
@@ -189,6 +223,8 @@ class Decider:
         # MAX_QUEUED others (each waits within its own budget); past that it falls back at once.
         self._queued = threading.BoundedSemaphore(MAX_QUEUED)
         self._verdicts: dict[tuple[str, str], GateVerdict] = {}
+        self._early: _EarlyRanking | None = None
+        self._rng_uses = 0  # rankings whose tie-break draws were kept (the stream's position)
         self._profile_of: tuple[Any, str] = (None, "")
         self.metrics.set_model(models.version, models.current.path)
         models.prepare = self.warm_up
@@ -257,6 +293,7 @@ class Decider:
         if _neutral_pod(pod_obj, self.cfg.scheduler_name):
             return FilterAnswer(list(names), {}, {})
         pod = self.cache.pod(pod_obj)  # a pod we cannot read is the caller's error (ObjectError)
+        self._new_attempt(pod_obj)
         s = self.cfg.safety
         now = time.time() if now is None else now
         cache = self.cache
@@ -338,7 +375,73 @@ class Decider:
             if code != _PASS and counts[code]:
                 self.metrics.refused.labels(reason=reason).inc(int(counts[code]))
         passed = [names[k] for k in np.flatnonzero(codes == _PASS)]
+        if self.cfg.early_rank and len(passed) > 1:  # kube-scheduler skips scoring a lone node
+            self._rank_early(pod_obj, pod, passed)
         return FilterAnswer(passed, failed, {})
+
+    def _new_attempt(self, pod_obj: dict) -> None:
+        """A request for a pod the cache assumed placed: that attempt did not bind (kube-scheduler
+        schedules a pod again only then), so its assumption goes, as kube-scheduler forgets it."""
+        if self.cfg.assume and self.cache.assumed:
+            uid = _uid(pod_obj)
+            if uid in self.cache.assumed:
+                self.cache.forget(uid)
+
+    def _rank_early(self, pod_obj: dict, pod: Pod, names: list[str]) -> None:
+        """Start ranking ``names`` on the worker for the coming prioritize (module doc)."""
+        uid = _uid(pod_obj)
+        if not uid or not self._queued.acquire(blocking=False):
+            return  # no uid to match it by, or the worker is busy: prioritize ranks itself
+        cache, model = self.cache, self.models.current
+        ids, _ = cache.lookup_positions(names)
+        rng = np.random.default_rng()
+        rng.bit_generator.state = self.rng.bit_generator.state
+        scheduler = model.scheduler
+
+        def call() -> tuple[Ranking, Any, int, dict]:
+            with cache.lock:
+                r = rank(scheduler, cache.state, pod, rng, candidates=ids[cache.schedulable[ids]])
+                features = getattr(scheduler, "last_features", None) if r.best >= 0 else None
+                return r, features, cache.generation, rng.bit_generator.state
+
+        try:
+            fut = self._pool.submit(call)
+        except RuntimeError:  # pool shut down
+            self._queued.release()
+            return
+        fut.add_done_callback(lambda _f: self._queued.release())
+        old, self._early = self._early, _EarlyRanking(uid, pod, names, model, self._rng_uses, fut)
+        if old is not None:
+            self.metrics.early_rankings.labels(result="unused").inc()
+
+    def _take_early(self, pod_obj: dict, pod: Pod, names: list[str], model: LoadedModel,
+                    t0: float) -> tuple[Ranking | None, Any, str] | None:
+        """The early ranking of this decision, if there is one that holds (``_run_policy``'s
+        answer), else None."""
+        early = self._early
+        if early is None or early.uid != _uid(pod_obj):
+            return None
+        self._early = None
+        if early.model is not model or early.pod != pod or early.names != names:
+            self.metrics.early_rankings.labels(result="unused").inc()
+            return None
+        wait = self.cfg.budget_ms / 1000.0 - (time.perf_counter() - t0) - self._reserve_s(len(names))
+        try:
+            ranking, features, generation, rng_state = early.future.result(timeout=max(wait, 0.0))
+        except FutureTimeout:  # never started (queued behind a slow call): busy, as _budgeted
+            return None, None, "busy" if early.future.cancel() else "timeout"
+        except NonFiniteScores:
+            return None, None, "nan"
+        except Exception as e:
+            log.warning("policy %s raised %s: %s", model.version, type(e).__name__, e)
+            return None, None, "error"
+        if generation != self.cache.generation or early.rng_uses != self._rng_uses:
+            self.metrics.early_rankings.labels(result="stale").inc()
+            return None
+        self.metrics.early_rankings.labels(result="used").inc()
+        self.rng.bit_generator.state = rng_state
+        self._rng_uses += 1
+        return ranking, features, ""
 
     # ---- prioritize -------------------------------------------------------------------------
     def prioritize(self, pod_obj: dict, names: list[str], t0: float | None = None) -> Decision:
@@ -351,9 +454,11 @@ class Decider:
             ).inc()
             return Decision(list(names), [0] * len(names), "neutral", model_version=model.version)
         pod = self.cache.pod(pod_obj)
+        self._new_attempt(pod_obj)
         cache = self.cache
         ids, pos = cache.lookup_positions(names)
-        ranking, features, reason = self._run_policy(model, pod, ids, t0)
+        early = self._take_early(pod_obj, pod, names, model, t0) if self._early is not None else None
+        ranking, features, reason = early if early is not None else self._run_policy(model, pod, ids, t0)
         table_names = cache.table.names
         decided = ranking is not None and ranking.best >= 0
         policy_choice = table_names[ranking.node] if decided else None
@@ -389,6 +494,8 @@ class Decider:
             positions,
         )
         self.metrics.decisions.labels(mode=mode, source=d.source, model_version=model.version).inc()
+        if self.cfg.assume and source == "policy" and chosen is not None:
+            self.cache.assume(pod_obj, pod, chosen)
         for hook in self.on_decision:
             try:
                 hook(pod_obj, d)
@@ -405,14 +512,18 @@ class Decider:
 
         def call() -> tuple[Ranking, Any]:
             with cache.lock:
-                feasible = cache.state.feasible(pod) & cache.schedulable
-                r = rank(scheduler, cache.state, pod, self.rng, candidates=ids, feasible=feasible)
+                r = rank(scheduler, cache.state, pod, self.rng, candidates=ids[cache.schedulable[ids]])
+                self._rng_uses += 1
                 return r, getattr(scheduler, "last_features", None) if r.best >= 0 else None
 
-        # Leave room for the fallback and the reply: measured about 1.4 ms at 1,213 nodes on the
-        # 2-core test machine, so 1 ms plus 1.5 us per candidate.
-        out, reason = self._budgeted(call, model, t0, 0.001 + 1.5e-6 * len(ids))
+        out, reason = self._budgeted(call, model, t0, self._reserve_s(len(ids)))
         return (None, None, reason) if out is None else (out[0], out[1], "")
+
+    @staticmethod
+    def _reserve_s(candidates: int) -> float:
+        """Budget left for the fallback and the reply: measured about 1.4 ms at 1,213 nodes on
+        the 2-core test machine, so 1 ms plus 1.5 us per candidate."""
+        return 0.001 + 1.5e-6 * candidates
 
     def _budgeted(self, call: Any, model: LoadedModel, t0: float, reserve_s: float) -> tuple[Any, str]:
         """(``call()``'s result or None, fallback reason or ""): run on the policy worker, waiting
@@ -451,7 +562,7 @@ class Decider:
         """
         cache = self.cache
         state = cache.state
-        ok = ids[(state.feasible(pod) & cache.schedulable)[ids]] if len(ids) else ids
+        ok = ids[state.feasible(pod, ids) & cache.schedulable[ids]] if len(ids) else ids
         if not len(ok):
             return ok, np.zeros(0, dtype=np.int64), -1
         raw = self.kube_default.score(state, pod, ok)
@@ -479,7 +590,7 @@ class Decider:
 
         def call() -> np.ndarray:
             with cache.lock:
-                feasible = ids[(cache.state.feasible(pod) & cache.schedulable)[ids]]
+                feasible = ids[cache.state.feasible(pod, ids) & cache.schedulable[ids]]
                 if not len(feasible):
                     raise _NoFeasible
                 w, _ = scheduler.weights(cache.state, pod, feasible)

@@ -64,6 +64,13 @@ class ServingMetrics:
             ["reason"],
             registry=r,
         )
+        self.early_rankings = Counter(
+            "fedsched_early_rankings_total",
+            "Rankings started when filter answered: used by prioritize, stale (the cache changed "
+            "in between: ranked again) or unused",
+            ["result"],
+            registry=r,
+        )
         self.shadow = Counter(
             "fedsched_shadow_decisions_total",
             "Shadow mode: whether the policy's pick equals the default scores' pick",
@@ -98,6 +105,11 @@ class ServingMetrics:
         )
         self.cache_nodes = Gauge("fedsched_cache_nodes", "Nodes in the agent's cluster cache", registry=r)
         self.cache_pods = Gauge("fedsched_cache_pods", "Bound pods in the agent's cluster cache", registry=r)
+        self.cache_assumed_pods = Gauge(
+            "fedsched_cache_assumed_pods",
+            "Pods the agent placed and counts on their node, their binding not seen yet",
+            registry=r,
+        )
         self.logged = Counter(
             "fedsched_decision_log_total",
             "Decisions written to the decision log with outcome",

@@ -58,6 +58,8 @@ OPTIONS: dict[str, tuple[type, Any, str]] = {
     "stale-after": (float, 60.0, "seconds after which a node's telemetry is stale"),
     "max-stale-share": (float, 0.5, "at most this share of candidates refused for stale telemetry"),
     "seed": (int, 0, "tie-break seed"),
+    "no-early-rank": (bool, False, "rank a pod's candidates only when prioritize asks, not as soon as "
+                                   "filter has answered (the answer is the same; early is faster)"),
     "backend": (str, "numpy", "policy inference backend: numpy, torch, onnx or auto"),
     "watch-policy": (float, 5.0, "seconds between checks of the policy file for hot reload (0: off)"),
     "decision-log": (str, None, "directory of the decision log (decisions and their outcomes)"),
@@ -194,7 +196,7 @@ def build_agent(opts: dict[str, Any]) -> Decider:
     name = opts["scheduler-name"]
     gate = None if opts["gate"] == "off" else opts["gate"]
     cfg = DeciderConfig(opts["mode"], opts["budget-ms"], None if name == "*" else name, opts["seed"], safety,
-                        gate)
+                        gate, early_rank=not opts["no-early-rank"], assume=not opts["cluster-csv"])
     cache.queue_scheduler = cfg.scheduler_name  # the pending queue the policy's queue feature counts
     decider = Decider(cache, models, cfg, metrics, weights_models)
     metrics.watch_telemetry(lambda: cache.last_telemetry, lambda: cache.telemetry_up)
@@ -211,6 +213,9 @@ def run(args: argparse.Namespace) -> int:
     )
     log = logging.getLogger("fedsched.serve")
     decider = build_agent(opts)
+    from fedsched.common.compute import single_threaded
+
+    single_threaded()  # after build_agent: torch is loaded by then
     holder["decider"] = decider
     cache = decider.cache
     stoppers: list[Any] = []

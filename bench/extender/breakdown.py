@@ -11,7 +11,6 @@ medians of separately timed calls, so they add up to the whole path only approxi
 from __future__ import annotations
 
 import gc
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,8 +49,7 @@ def breakdown(csv_path: Path, policy: str, bodies: list[tuple[bytes, bytes]], pa
     server = ext.ExtenderServer(decider, port=0, allow_bind=True)
     try:
         raws = [b.replace(UID_TOKEN.encode(), f"bd-{k:06d}".encode()) for k, (b, _) in enumerate(bodies)]
-        def decode(raw: bytes) -> Any:  # the handler's own decode (Handler._body)
-            return json.loads(raw, parse_constant=ext.reject_constant)
+        decode = ext.decode_body  # the handler's own decode (_Connection._body)
 
         objs = [decode(r) for r in raws]
         n = len(objs)
@@ -61,9 +59,8 @@ def breakdown(csv_path: Path, policy: str, bodies: list[tuple[bytes, bytes]], pa
         ids = [cache.lookup_positions(o["NodeNames"])[0] for o in objs]
         from fedsched.common.schedulers.base import rank
 
-        def ranked(k: int) -> Any:
-            feasible = cache.state.feasible(pods[k]) & cache.schedulable
-            return rank(sch, cache.state, pods[k], decider.rng, candidates=ids[k], feasible=feasible)
+        def ranked(k: int) -> Any:  # as Decider._run_policy ranks
+            return rank(sch, cache.state, pods[k], decider.rng, candidates=ids[k][cache.schedulable[ids[k]]])
 
         cand = []
         for k in range(n):

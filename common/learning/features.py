@@ -174,13 +174,90 @@ def expected_use_ratios(state: ClusterState, pod: Pod) -> tuple[float, float, bo
     return cpu, mem, True, cluster_cpu, cluster_mem
 
 
+# Node feature columns that the node table and the node's requests alone determine: kept per node
+# by NodeColumnCache. Every other column depends on the pod or on live signals.
+_REQUEST_COLUMNS = ("cpu_free", "mem_free", "gpu_free", "has_gpu", "gpu_count", "cpu_size", "mem_size",
+                    *(f"gpu_free_{i}" for i in range(MAX_GPUS_PER_NODE)), "frag_before", "pods_on_node")
+_DYNAMIC_COLUMNS = tuple(c for c in NODE_FEATURES if c not in _REQUEST_COLUMNS)
+_DYNAMIC_INDEX = np.array([NODE_FEATURES.index(c) for c in _DYNAMIC_COLUMNS])
+_REQUEST_INDEX = np.array([NODE_FEATURES.index(c) for c in _REQUEST_COLUMNS])
+# The per-node quantities the dynamic columns are computed from (float64 rows of NodeColumnCache.aux).
+_AUX = ("cap_cpu", "cap_mem", "gpu_cap", "cpu_left", "mem_left", "gpu_left", "tagged", "n_tagged",
+        "io_left", "io_cap", "net_left", "net_cap", "frag_before")
+
+
+class NodeColumnCache:
+    """The request-determined node feature columns (``_REQUEST_COLUMNS``) and the per-node
+    quantities of the others (``_AUX``) for one cluster state, kept across pods.
+
+    Only ``ClusterState.allocate`` / ``release`` change a node's requests, and both move its
+    ``state.version``; a node is recomputed when its version moved (the rule of
+    :class:`~fedsched.common.model.fragmentation.NodeFragCache`, which this holds for the
+    fragmentation parts), and everything when the state changes (``state.serial``). Values are
+    computed elementwise exactly as for a cold cache, so a warm cache gives the same bits.
+    """
+
+    def __init__(self, fm: FragmentationModel | None) -> None:
+        self.fm = fm
+        self.frag = NodeFragCache(fm) if fm is not None else None
+        self._serial = -1
+        self._version = np.zeros(0, dtype=np.int64)
+
+    def get(self, state: ClusterState, nodes: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...] | None]:
+        """(features [K, len(NODE_FEATURES)] float32, a new array with the request-determined
+        columns filled, the others to be written; aux [len(_AUX), K] float64; the
+        fragmentation parts ``(idle, cnt, tot, F)`` of ``nodes`` or None without a model)."""
+        n = len(state.nodes)
+        if self._serial != state.serial or len(self._version) != n:
+            self._serial = state.serial
+            self._version = np.full(n, -1, dtype=np.int64)
+            self._rows = np.zeros((n, len(NODE_FEATURES)), dtype=np.float32)
+            self._aux = np.zeros((len(_AUX), n))
+        parts = self.frag.get(state, nodes) if self.frag is not None else None
+        stale = nodes[self._version[nodes] != state.version[nodes]]
+        if len(stale):
+            self._refresh(state, stale)
+        return self._rows.take(nodes, axis=0), self._aux.take(nodes, axis=1), parts
+
+    def _refresh(self, state: ClusterState, s: np.ndarray) -> None:
+        nt = state.nodes
+        cap_cpu = nt.cpu[s].astype(np.float64)
+        cap_mem = nt.mem[s].astype(np.float64)
+        n_gpu = nt.gpu[s].astype(np.float64)
+        gpu_cap = np.maximum(n_gpu * MILLI_PER_GPU, 1.0)
+        cpu_left = nt.cpu[s] - state.cpu_req[s]
+        mem_left = (nt.mem[s] - state.mem_req[s]).astype(np.float64)
+        free = state.gpu_free[s]
+        gpu_left = free.sum(axis=1).astype(np.float64)
+        frag_before = self.frag.get(state, s)[3] if self.frag is not None else np.zeros(len(s))
+        tagged = state.gpu_tag_pods[s].sum(axis=1)
+        disk_io, net = nt.disk_io[s], nt.net[s]
+        aux = (cap_cpu, cap_mem, gpu_cap, cpu_left, mem_left, gpu_left, tagged, np.maximum(tagged, 1),
+               disk_io - state.io_req[s], np.maximum(disk_io, 1.0), net - state.net_req[s],
+               np.maximum(net, 1.0), frag_before)
+        for i, a in enumerate(aux):
+            self._aux[i, s] = a
+        cols = [
+            cpu_left / cap_cpu, mem_left / cap_mem, gpu_left / gpu_cap, (n_gpu > 0).astype(float),
+            n_gpu / MAX_GPUS_PER_NODE, cap_cpu / MAX_SPEC_CPU, cap_mem / MAX_SPEC_MEM_MIB,
+            *(-np.sort(-free, axis=1) / MILLI_PER_GPU).T,
+            frag_before / gpu_cap, np.log1p(state.n_pods[s]) / 5.0,
+        ]
+        block = np.array(cols, dtype=np.float32).T
+        rows = self._rows[s]
+        rows[:, _REQUEST_INDEX] = block
+        self._rows[s] = rows
+        self._version[s] = state.version[s]
+
+
 class FeatureBuilder:
     """Builds policy inputs; ``typical`` are the training workload's typical pods."""
 
     def __init__(self, typical: TypicalPods | None) -> None:
         self.typical = typical
         self._models: dict[int, FragmentationModel] = {}
-        self._caches: dict[int, NodeFragCache] = {}
+        self._columns: dict[int, NodeColumnCache] = {}
 
     def frag_model(self, state: ClusterState) -> FragmentationModel | None:
         if self.typical is None:
@@ -205,59 +282,51 @@ class FeatureBuilder:
               n_feasible: int | None = None) -> Features:
         """Features of the candidate ``nodes`` (node ids) for ``pod``; live signals beyond
         requests come from ``state.telemetry`` (zeros when it is None)."""
-        nt = state.nodes
-        k = len(nodes)
-        cap_cpu = nt.cpu[nodes].astype(np.float64)
-        cap_mem = nt.mem[nodes].astype(np.float64)
-        n_gpu = nt.gpu[nodes].astype(np.float64)
-        gpu_cap = np.maximum(n_gpu * MILLI_PER_GPU, 1.0)
-        cpu_left = nt.cpu[nodes] - state.cpu_req[nodes]
-        mem_left = (nt.mem[nodes] - state.mem_req[nodes]).astype(np.float64)
-        free = state.gpu_free[nodes]
-        gpu_left = free.sum(axis=1).astype(np.float64)
         fm = self.frag_model(state)
+        cols = self._columns.get(id(fm))
+        if cols is None:
+            cols = self._columns[id(fm)] = NodeColumnCache(fm)
+        node_feats, aux, parts = cols.get(state, nodes)
+        k = len(nodes)
+        cap_cpu, cap_mem, gpu_cap, cpu_left, mem_left, gpu_left, tagged, n_tagged, io_left, io_cap, \
+            net_left, net_cap, frag_before = aux
         if fm is not None:
-            model = nt.model[nodes]
-            cache = self._caches.setdefault(id(fm), NodeFragCache(fm))
-            rows, gpus, delta, frag_before = placement_deltas(fm, cpu_left, free, model, pod.cpu_nonzero,
-                                                              pod.num_gpu, pod.gpu_milli,
-                                                              parts=cache.get(state, nodes))
+            rows, gpus, delta, _ = placement_deltas(fm, cpu_left, state.gpu_free[nodes],
+                                                    state.nodes.model[nodes], pod.cpu_nonzero, pod.num_gpu,
+                                                    pod.gpu_milli, parts=parts)
             frag_removed, _ = best_per_node(k, rows, gpus, delta)
             frag_removed = np.where(np.isfinite(frag_removed), frag_removed, 0.0)
         else:
             frag_removed = np.zeros(k)
-            frag_before = np.zeros(k)
-        tel = state.telemetry or Telemetry.zeros(len(nt))
-        tags = state.gpu_tag_pods[nodes]
-        same = tags[:, pod.gpu_tag] if pod.num_gpu else np.zeros(k)
-        n_tagged = np.maximum(tags.sum(axis=1), 1)
+        tel = state.telemetry or Telemetry.zeros(len(state.nodes))
+        same = state.gpu_tag_pods[nodes, pod.gpu_tag] if pod.num_gpu else np.zeros(k)
         f_cpu_after = (cpu_left - pod.cpu) / cap_cpu
         f_mem_after = (mem_left - pod.mem) / cap_mem
         load = node_load(state, nodes, with_peaks=True)
         r_cpu, r_mem, app_seen, cluster_cpu, cluster_mem = expected_use_ratios(state, pod)
         exp_cpu = pod.cpu_nonzero * r_cpu / cap_cpu  # the pod's expected use, share of the node
         exp_mem = pod.mem_nonzero * r_mem / cap_mem
-        cols = [
-            cpu_left / cap_cpu, mem_left / cap_mem, gpu_left / gpu_cap, (n_gpu > 0).astype(float),
-            n_gpu / MAX_GPUS_PER_NODE, cap_cpu / MAX_SPEC_CPU, cap_mem / MAX_SPEC_MEM_MIB,
-            *(-np.sort(-free, axis=1) / MILLI_PER_GPU).T,
-            f_cpu_after, f_mem_after, (gpu_left - pod.gpu_request) / gpu_cap,
-            frag_removed / MILLI_PER_GPU, frag_before / gpu_cap,
+        # The columns that depend on the pod or on live signals, in _DYNAMIC_COLUMNS' order
+        # (the rest are the cache's, already in place).
+        dyn = (
+            f_cpu_after, f_mem_after, (gpu_left - pod.gpu_request) / gpu_cap, frag_removed / MILLI_PER_GPU,
             0.5 * (cpu_left - pod.cpu_nonzero) / MAX_SPEC_CPU
             + 0.5 * (gpu_left - pod.gpu_request) / MAX_SPEC_GPU,
             np.abs((1 - f_cpu_after) - (1 - f_mem_after)) / 2,
             state.cpu_used[nodes] / cap_cpu, state.mem_used[nodes] / cap_mem,
             tel.cpu_trend[nodes] * 60.0 / cap_cpu, tel.mem_trend[nodes] * 60.0 / cap_mem,
-            tel.overloaded[nodes].astype(float),
-            np.log1p(tel.overload_count[nodes]), np.log1p(tel.oom_count[nodes]),
-            (nt.disk_io[nodes] - state.io_req[nodes] - pod.disk_io) / np.maximum(nt.disk_io[nodes], 1.0),
-            (nt.net[nodes] - state.net_req[nodes] - pod.net) / np.maximum(nt.net[nodes], 1.0),
-            same / n_tagged, (tags.sum(axis=1) - same) / n_tagged,
+            tel.overloaded[nodes], np.log1p(tel.overload_count[nodes]), np.log1p(tel.oom_count[nodes]),
+            (io_left - pod.disk_io) / io_cap, (net_left - pod.net) / net_cap,
+            same / n_tagged, (tagged - same) / n_tagged,
             load.cpu_mean, load.cpu_peak, load.cpu_mean + load.cpu_std, load.mem_mean, load.mem_peak,
             HOT_THRESHOLD - (load.cpu_mean + exp_cpu), HOT_THRESHOLD - (load.cpu_peak + exp_cpu),
-            1.0 - (load.mem_peak + exp_mem), np.log1p(state.n_pods[nodes]) / 5.0,
-        ]
-        node_feats = np.ascontiguousarray(np.array(cols, dtype=np.float32).T)
+            1.0 - (load.mem_peak + exp_mem),
+        )
+        block = np.empty((len(dyn), k))
+        for i, col in enumerate(dyn):
+            block[i] = col
+        node_feats[:, _DYNAMIC_INDEX] = block.T
+        nt = state.nodes
         # All nodes are alive outside the simulator's node churn: a view then, not a copy.
         alive = slice(None) if state.alive.all() else state.alive
         n_alive = len(nt) if isinstance(alive, slice) else int(alive.sum())

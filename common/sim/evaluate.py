@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsched.common.compute import single_threaded
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.metrics import HIGHER_IS_BETTER, LEGACY_COUNTERS, METRICS, mean_ci95
@@ -66,16 +66,6 @@ def _split(spec: EvalSpec) -> tuple[PodTable, PodTable]:
         return spec.pods, spec.pods
     train, test = split_by_hash(spec.pods, spec.test_fraction)
     return train, test
-
-
-def single_threaded() -> None:
-    """One BLAS/torch thread per run: the runs are the parallelism, and scoring one pod is a
-    few small matrix products where extra threads only add overhead."""
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(1)
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
 
 
 def make_policy(name: str, ctx: SchedulerContext, mode: str) -> Scheduler:

@@ -1,0 +1,22 @@
+"""How many threads the numeric libraries use in one process.
+
+One BLAS (and torch) thread: the work of one decision is a few small matrix products, where a
+second thread only adds overhead, and an idle OpenBLAS worker spins on its core for a while
+after every call (in ``fedsched serve`` on 2 cores it burnt half a core beside kube-scheduler,
+the API server and etcd). Parallelism comes from processes: evaluation runs, Flower members.
+
+May import: nothing from fedsched.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def single_threaded() -> None:
+    """One BLAS/OpenMP thread in this process, and one torch intra-op thread if torch is loaded."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
