@@ -297,7 +297,22 @@ class Result:
     unschedulable_attempts: int = 0
     wall_s: float = math.nan
     agent: dict[str, float] = field(default_factory=dict)
+    # CPU milliseconds per scheduled pod of each process while pods were being scheduled
+    cpu_ms_per_pod: dict[str, float] = field(default_factory=dict)
     note: str = ""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat), NaN once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(procs: dict[str, int]) -> dict[str, float]:
+    return {name: cpu_seconds(pid) for name, pid in procs.items()}
 
 
 def run_one(cp: ControlPlane, nodes: NodeTable, pods: PodTable, pod_ids: list[int], name: str, pki: Pki,
@@ -332,6 +347,12 @@ def run_one(cp: ControlPlane, nodes: NodeTable, pods: PodTable, pod_ids: list[in
         ks: KubeScheduler = stack.enter_context(
             kube_scheduler(bin_cp, f"kube-scheduler-{name}-{len(nodes)}", [f"--config={path}", "--v=1"]))
         url = f"https://127.0.0.1:{ks.port}/metrics"
+        procs = {Path(str(p.args[0])).name: p.pid for p in cp.procs.procs if p.poll() is None}
+        procs["kube-scheduler"] = ks.proc.pid
+        if sp is not None:
+            procs["fedsched serve"] = sp.proc.pid
+        procs["this client"] = os.getpid()
+        cpu: list[dict[str, float]] = []  # a snapshot per trace sample
         trace: list[tuple[float, float]] = []
         deadline = time.monotonic() + timeout_s
         text = ""
@@ -339,6 +360,7 @@ def run_one(cp: ControlPlane, nodes: NodeTable, pods: PodTable, pod_ids: list[in
             text = scrape(url, cp.token)
             done = total(text, "scheduler_schedule_attempts_total", result="scheduled", profile=profile)
             trace.append((time.monotonic(), done))
+            cpu.append(cpu_snapshot(procs))
             if done >= len(objs):
                 break
             # pods that fit nowhere any more (the cluster filled up) leave the count flat
@@ -354,6 +376,9 @@ def run_one(cp: ControlPlane, nodes: NodeTable, pods: PodTable, pod_ids: list[in
         res.wall_s = t1 - t_start
         if c1 - c0 >= 0.5 * res.scheduled and t1 > t0:
             res.pods_per_s = (c1 - c0) / (t1 - t0)
+            i0, i1 = trace.index(moving[0]), trace.index((t1, c1))
+            res.cpu_ms_per_pod = {k: (cpu[i1][k] - cpu[i0][k]) * 1e3 / (c1 - c0) for k in procs
+                                  if math.isfinite(cpu[i1][k] - cpu[i0][k])}
         else:
             res.note = "too few samples while scheduling (raise --pods or lower --poll)"
         buckets, s, n = histogram(text, "scheduler_scheduling_attempt_duration_seconds", profile=profile,
@@ -415,6 +440,16 @@ def print_table(results: list[Result]) -> None:
               f"{r.attempt_mean_ms:>6.1f} {ratio(r, 'attempt_p99_ms'):>9.2f} | {r.algorithm_p50_ms:>16.2f} "
               f"{r.algorithm_p99_ms:>6.1f} {r.algorithm_mean_ms:>6.2f} "
               f"{ratio(r, 'algorithm_p99_ms'):>9.2f} | {r.load_avg:>4.1f}  {agent_s} {r.note}")
+    print()
+    cores = len(os.sched_getaffinity(0))
+    print(f"CPU ms per scheduled pod, by process, while scheduling (this machine: {cores} cores; the sum "
+          f"bounds pods/s at {cores} x 1000 / sum):")
+    for r in results:
+        if r.cpu_ms_per_pod:
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in r.cpu_ms_per_pod.items())
+            total_ms = sum(r.cpu_ms_per_pod.values())
+            print(f"{r.nodes:>6} {r.config:<9} {parts}; sum {total_ms:.2f} -> at most "
+                  f"{cores * 1000 / total_ms:.0f} pods/s")
     print()
     for r in results:
         if r.config == "default" or r.nodes != 500:
