@@ -299,6 +299,7 @@ class Decider:
         cache = self.cache
         with cache.lock:
             telemetry_up = cache.telemetry_up
+            table = cache.table
             ids, pos = cache.lookup_positions(names)
             codes = np.full(len(names), _UNKNOWN, dtype=np.int64)
             age = np.where(cache.usage_time[ids] > 0, now - cache.usage_time[ids], np.inf)
@@ -374,9 +375,10 @@ class Decider:
         for code, reason in enumerate(_REFUSAL_REASONS):
             if code != _PASS and counts[code]:
                 self.metrics.refused.labels(reason=reason).inc(int(counts[code]))
-        passed = [names[k] for k in np.flatnonzero(codes == _PASS)]
+        keep = np.flatnonzero(codes == _PASS)
+        passed = [names[k] for k in keep]
         if self.cfg.early_rank and len(passed) > 1:  # kube-scheduler skips scoring a lone node
-            self._rank_early(pod_obj, pod, passed)
+            self._rank_early(pod_obj, pod, passed, id_at[keep], table)
         return FilterAnswer(passed, failed, {})
 
     def _new_attempt(self, pod_obj: dict) -> None:
@@ -387,19 +389,21 @@ class Decider:
             if uid in self.cache.assumed:
                 self.cache.forget(uid)
 
-    def _rank_early(self, pod_obj: dict, pod: Pod, names: list[str]) -> None:
-        """Start ranking ``names`` on the worker for the coming prioritize (module doc)."""
+    def _rank_early(self, pod_obj: dict, pod: Pod, names: list[str], ids: np.ndarray, table: Any) -> None:
+        """Start ranking ``names`` (node ids ``ids`` in the node table ``table``) on the worker for
+        the coming prioritize (module doc)."""
         uid = _uid(pod_obj)
         if not uid or not self._queued.acquire(blocking=False):
             return  # no uid to match it by, or the worker is busy: prioritize ranks itself
         cache, model = self.cache, self.models.current
-        ids, _ = cache.lookup_positions(names)
         rng = np.random.default_rng()
         rng.bit_generator.state = self.rng.bit_generator.state
         scheduler = model.scheduler
 
-        def call() -> tuple[Ranking, Any, int, dict]:
+        def call() -> tuple[Ranking, Any, int, dict] | None:
             with cache.lock:
+                if cache.table is not table:
+                    return None  # the node table was rebuilt since filter: the ids mean other nodes
                 r = rank(scheduler, cache.state, pod, rng, candidates=ids[cache.schedulable[ids]])
                 features = getattr(scheduler, "last_features", None) if r.best >= 0 else None
                 return r, features, cache.generation, rng.bit_generator.state
@@ -427,7 +431,7 @@ class Decider:
             return None
         wait = self.cfg.budget_ms / 1000.0 - (time.perf_counter() - t0) - self._reserve_s(len(names))
         try:
-            ranking, features, generation, rng_state = early.future.result(timeout=max(wait, 0.0))
+            done = early.future.result(timeout=max(wait, 0.0))
         except FutureTimeout:  # never started (queued behind a slow call): busy, as _budgeted
             return None, None, "busy" if early.future.cancel() else "timeout"
         except NonFiniteScores:
@@ -435,9 +439,10 @@ class Decider:
         except Exception as e:
             log.warning("policy %s raised %s: %s", model.version, type(e).__name__, e)
             return None, None, "error"
-        if generation != self.cache.generation or early.rng_uses != self._rng_uses:
+        if done is None or done[2] != self.cache.generation or early.rng_uses != self._rng_uses:
             self.metrics.early_rankings.labels(result="stale").inc()
             return None
+        ranking, features, _, rng_state = done
         self.metrics.early_rankings.labels(result="used").inc()
         self.rng.bit_generator.state = rng_state
         self._rng_uses += 1

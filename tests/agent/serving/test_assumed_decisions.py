@@ -28,7 +28,8 @@ def test_placed_pods_count_before_their_binding_arrives(cluster, mode):
     assumed (kube-scheduler's own scores decide there)."""
     nodes, pods = cluster
     cache = ClusterCache.from_table(nodes)
-    decider = Decider(cache, ModelStore("learned"), DeciderConfig(mode=mode, gate=None, assume=True))
+    cfg = DeciderConfig(mode=mode, gate=None, assume=True, budget_ms=5_000.0)  # no fallback on a slow box
+    decider = Decider(cache, ModelStore("learned"), cfg)
     sim = ClusterState(nodes, use_source="requests")
     rng = np.random.default_rng(0)
     scheduler = ModelStore("learned").current.scheduler
@@ -54,7 +55,7 @@ def test_a_new_attempt_of_an_assumed_pod_forgets_the_last_one(cluster):
     then drops the assumption, so the pod does not see itself on its last pick."""
     nodes, pods = cluster
     cache = ClusterCache.from_table(nodes)
-    decider = Decider(cache, ModelStore("learned"), DeciderConfig(gate=None, assume=True))
+    decider = Decider(cache, ModelStore("learned"), DeciderConfig(gate=None, assume=True, budget_ms=5_000.0))
     names = list(nodes.names)
     obj = pod_to_json(Pod.from_table(pods, 0), "p", nodes.models, uid="u")
     cache.upsert_pod(obj)
