@@ -37,8 +37,9 @@ answered when ``budget_ms`` (default 10 ms, from the request's arrival) is close
 the kube-default score (LeastAllocated + BalancedAllocation, 0..200 mapped to 0..10) computed
 from the same cache, and ``fedsched_fallbacks_total{reason}`` counts it: error, nan, timeout,
 busy (the request waited behind other calls past its budget, or more than ``MAX_QUEUED``
-were waiting), no-feasible. Mode ``shadow`` always answers the
-default scores and only logs and counts whether the policy would have picked the same node.
+were waiting), no-feasible, table (the node table was rebuilt under the decision twice running).
+Mode ``shadow`` always answers the default scores and only logs and counts whether the policy
+would have picked the same node.
 
 Pods scheduled by another profile (``spec.schedulerName`` other than ``scheduler_name``) get
 a neutral answer: every node passes, every score is 0 (extenders are global in
@@ -170,6 +171,11 @@ class _EarlyRanking:
 def _uid(obj: dict) -> str:
     meta = obj.get("metadata")
     return str(meta.get("uid") or "") if isinstance(meta, dict) else ""
+
+
+class _TableChanged(Exception):
+    """The node table was rebuilt between a request's lookup and its ranking (the ids it looked up
+    name other nodes now): the request looks up again."""
 
 
 class _NoFeasible(Exception):
@@ -461,10 +467,16 @@ class Decider:
         pod = self.cache.pod(pod_obj)
         self._new_attempt(pod_obj)
         cache = self.cache
-        ids, pos = cache.lookup_positions(names)
         early = self._take_early(pod_obj, pod, names, model, t0) if self._early is not None else None
-        ranking, features, reason = early if early is not None else self._run_policy(model, pod, ids, t0)
-        table_names = cache.table.names
+        for _ in range(2):  # once more if the node table was rebuilt meanwhile (the ids changed)
+            table = cache.table
+            ids, pos = cache.lookup_positions(names)
+            ranking, features, reason = (early if early is not None
+                                         else self._run_policy(model, pod, ids, t0, table))
+            if cache.table is table:
+                break
+            early = None
+        table_names = table.names
         decided = ranking is not None and ranking.best >= 0
         policy_choice = table_names[ranking.node] if decided else None
         where = np.empty(len(table_names), dtype=np.int64)  # node id -> position in the request
@@ -509,14 +521,17 @@ class Decider:
         return d
 
     def _run_policy(
-        self, model: LoadedModel, pod: Pod, ids: np.ndarray, t0: float
+        self, model: LoadedModel, pod: Pod, ids: np.ndarray, t0: float, table: Any
     ) -> tuple[Ranking | None, Any, str]:
-        """(ranking or None, the policy's features, fallback reason)."""
+        """(ranking or None, the policy's features, fallback reason) for the node ids ``ids`` of
+        the node table ``table`` (reason "table" when it was rebuilt before the ranking ran)."""
         cache = self.cache
         scheduler = model.scheduler
 
         def call() -> tuple[Ranking, Any]:
             with cache.lock:
+                if cache.table is not table:
+                    raise _TableChanged
                 r = rank(scheduler, cache.state, pod, self.rng, candidates=ids[cache.schedulable[ids]])
                 self._rng_uses += 1
                 return r, getattr(scheduler, "last_features", None) if r.best >= 0 else None
@@ -534,7 +549,7 @@ class Decider:
         """(``call()``'s result or None, fallback reason or ""): run on the policy worker, waiting
         until the budget (from ``t0``) minus ``reserve_s``. Reasons: busy (queue full, or still
         queued at the deadline), timeout (started, not done), nan, error, no-feasible
-        (``call`` raised _NoFeasible)."""
+        (``call`` raised _NoFeasible), table (``call`` raised _TableChanged)."""
         if not self._queued.acquire(blocking=False):
             return None, "busy"
         try:
@@ -553,6 +568,8 @@ class Decider:
             return None, "nan"
         except _NoFeasible:
             return None, "no-feasible"
+        except _TableChanged:
+            return None, "table"
         except Exception as e:
             log.warning("policy %s raised %s: %s", model.version, type(e).__name__, e)
             return None, "error"

@@ -170,3 +170,32 @@ def test_a_stuck_early_ranking_still_gets_the_fallback_within_the_budget(cluster
         sched.score = real
         time.sleep(0.25)
         early.close()
+
+
+def test_a_node_table_rebuilt_under_a_decision_is_looked_up_again(cluster):
+    """A node leaves between prioritize's name lookup and its ranking (the cache rebuilds its tables
+    and the later nodes' ids move down by one): the decider looks the names up again, so the
+    answer is the prioritize-time decider's on the new table, never a ranking of ids that now name
+    other nodes."""
+    nodes, pods = cluster
+    early, late = twins(nodes)
+    names = list(nodes.names)
+    obj = pod_to_json(Pod.from_table(pods, 0), "p", nodes.models, uid="u")
+    late.cache.delete_node(names[0])
+    late_answer = late.prioritize(obj, names)
+    cache = early.cache
+    real = cache.lookup_positions
+    calls = []
+
+    def lookup_then_rebuild(asked):
+        out = real(asked)
+        calls.append(len(asked))
+        if len(calls) == 1:  # the table this lookup read is replaced right after it
+            cache.delete_node(names[0])
+        return out
+
+    cache.lookup_positions = lookup_then_rebuild
+    a = early.prioritize(obj, names)
+    assert len(calls) == 2
+    same_answer(a, late_answer)
+    assert a.scores[0] == 0  # the node that left is no candidate
