@@ -156,8 +156,15 @@ def test_behaviour_cloning_reaches_its_teacher_on_a_toy_cluster(tmp_path):
     # 0.967-0.983 of the teacher's allocation was seen across runs (a weighted score of free and
     # load terms cannot express BalancedAllocation exactly); 0.95 still says it packs like it.
     assert ours >= 0.95 * theirs
-    w = sched.last_weights
-    assert w[WEIGHT_TERMS.index("free_cpu")] + w[WEIGHT_TERMS.index("free_mem")] > 0.5
+    # Spreading terms carry the weight: "free" (room left after the placement) and "cool"
+    # (headroom under the hot threshold, which in packing mode is the same room measured from
+    # 0.85), against "load" and "hot", their packing mirror images. The two kinds of spreading
+    # term are nearly collinear here, so how the weight splits between them is arbitrary: about
+    # 0.51 / 0.49 in this run, and 0.499 / 0.501 in one full-suite run.
+    w = dict(zip(WEIGHT_TERMS, sched.last_weights, strict=True))
+    spread = sum(w[f"{kind}_{r}"] for kind in ("free", "cool") for r in ("cpu", "mem"))
+    pack = sum(w[f"{kind}_{r}"] for kind in ("load", "hot") for r in ("cpu", "mem"))
+    assert spread > 0.9 and pack < 0.05, w
 
 
 def test_weight_checkpoint_round_trip_and_scheduler(tmp_path):
