@@ -214,7 +214,8 @@ def make_pki(root: Path) -> Pki:
 
 
 @contextlib.contextmanager
-def agent(cp: ControlPlane, pki: Pki, root: Path, grpc_port: int | None) -> Iterator[ServeProcess]:
+def agent(cp: ControlPlane, pki: Pki, root: Path, grpc_port: int | None,
+          agent_args: tuple[str, ...] = ()) -> Iterator[ServeProcess]:
     policy = root / "policy.pt"
     shutil.copyfile(default_policy_path(), policy)
     extra = ["--grpc-port", str(grpc_port)] if grpc_port else []
@@ -222,7 +223,7 @@ def agent(cp: ControlPlane, pki: Pki, root: Path, grpc_port: int | None) -> Iter
         "--policy", str(policy), "--kubeconfig", str(cp.kubeconfig), "--host", "127.0.0.1", "--port", "0",
         *extra, "--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key),
         "--client-ca", str(pki.ca), "--mode", "active", "--gate", "off", "--budget-ms", "10",
-        "--scheduler-name", "fedsched", "--watch-policy", "0", "--log-format", "text",
+        "--scheduler-name", "fedsched", "--watch-policy", "0", "--log-format", "text", *agent_args,
         stderr_path=root / "serve.log",
     ) as sp:
         wait_for(lambda: agent_ready(sp, pki), 120, 0.2, "the agent's cache synced")
@@ -316,13 +317,14 @@ def cpu_snapshot(procs: dict[str, int]) -> dict[str, float]:
 
 
 def run_one(cp: ControlPlane, nodes: NodeTable, pods: PodTable, pod_ids: list[int], name: str, pki: Pki,
-            root: Path, qps: float, timeout_s: float) -> Result:
+            root: Path, qps: float, timeout_s: float, agent_args: tuple[str, ...] = ()) -> Result:
     run_root = root / f"{name}-{len(nodes)}"
     run_root.mkdir(parents=True, exist_ok=True)
     res = Result(name, len(nodes), len(pod_ids))
     grpc_port = free_port() if name == "plugin" else None
     with contextlib.ExitStack() as stack:
-        sp = stack.enter_context(agent(cp, pki, run_root, grpc_port)) if name != "default" else None
+        sp = (stack.enter_context(agent(cp, pki, run_root, grpc_port, agent_args))
+              if name != "default" else None)
         profile = PROFILE[name]
         objs = [openb_pod(Pod.from_table(pods, i), f"{name}-{k:05d}", nodes.models, profile)
                 for k, i in enumerate(pod_ids)]
@@ -479,6 +481,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", dest="json_out")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    ap.add_argument("--agent-args", default="",
+                    help="more fedsched serve flags, space-separated (e.g. --agent-args=--no-early-rank)")
     args = ap.parse_args()
     POLL_S = args.poll
     configs = [c for c in args.configs.split(",") if c]
@@ -508,7 +512,8 @@ def main() -> int:
                 register_nodes(cp, nodes)
                 log(f"{n} nodes registered in {time.monotonic() - t:.1f}s")
                 for name in configs:
-                    r = run_one(cp, nodes, pods, pod_ids, name, pki, root, args.qps, args.timeout)
+                    r = run_one(cp, nodes, pods, pod_ids, name, pki, root, args.qps, args.timeout,
+                                tuple(args.agent_args.split()))
                     log(f"  {name}: {r.scheduled}/{r.pods} bound, {r.pods_per_s:.1f} pods/s, attempt p99 "
                         f"{r.attempt_p99_ms:.1f} ms (mean {r.attempt_mean_ms:.2f}) {r.agent} {r.note}")
                     results.append(r)

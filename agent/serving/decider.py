@@ -399,8 +399,8 @@ class Decider:
         """Start ranking ``names`` (node ids ``ids`` in the node table ``table``) on the worker for
         the coming prioritize (module doc)."""
         uid = _uid(pod_obj)
-        if not uid or not self._queued.acquire(blocking=False):
-            return  # no uid to match it by, or the worker is busy: prioritize ranks itself
+        if not uid:
+            return  # nothing to match prioritize by: it ranks itself
         cache, model = self.cache, self.models.current
         rng = np.random.default_rng()
         rng.bit_generator.state = self.rng.bit_generator.state
@@ -414,12 +414,9 @@ class Decider:
                 features = getattr(scheduler, "last_features", None) if r.best >= 0 else None
                 return r, features, cache.generation, rng.bit_generator.state
 
-        try:
-            fut = self._pool.submit(call)
-        except RuntimeError:  # pool shut down
-            self._queued.release()
-            return
-        fut.add_done_callback(lambda _f: self._queued.release())
+        fut = self._submit(call)
+        if isinstance(fut, str):
+            return  # the worker is busy: prioritize ranks itself
         old, self._early = self._early, _EarlyRanking(uid, pod, names, model, self._rng_uses, fut)
         if old is not None:
             self.metrics.early_rankings.labels(result="unused").inc()
@@ -435,16 +432,9 @@ class Decider:
         if early.model is not model or early.pod != pod or early.names != names:
             self.metrics.early_rankings.labels(result="unused").inc()
             return None
-        wait = self.cfg.budget_ms / 1000.0 - (time.perf_counter() - t0) - self._reserve_s(len(names))
-        try:
-            done = early.future.result(timeout=max(wait, 0.0))
-        except FutureTimeout:  # never started (queued behind a slow call): busy, as _budgeted
-            return None, None, "busy" if early.future.cancel() else "timeout"
-        except NonFiniteScores:
-            return None, None, "nan"
-        except Exception as e:
-            log.warning("policy %s raised %s: %s", model.version, type(e).__name__, e)
-            return None, None, "error"
+        done, reason = self._await(early.future, model, t0, self._reserve_s(len(names)))
+        if reason:
+            return None, None, reason
         if done is None or done[2] != self.cache.generation or early.rng_uses != self._rng_uses:
             self.metrics.early_rankings.labels(result="stale").inc()
             return None
@@ -547,17 +537,29 @@ class Decider:
 
     def _budgeted(self, call: Any, model: LoadedModel, t0: float, reserve_s: float) -> tuple[Any, str]:
         """(``call()``'s result or None, fallback reason or ""): run on the policy worker, waiting
-        until the budget (from ``t0``) minus ``reserve_s``. Reasons: busy (queue full, or still
-        queued at the deadline), timeout (started, not done), nan, error, no-feasible
-        (``call`` raised _NoFeasible), table (``call`` raised _TableChanged)."""
+        until the budget (from ``t0``) minus ``reserve_s`` (see :meth:`_submit`, :meth:`_await`)."""
+        fut = self._submit(call)
+        if isinstance(fut, str):
+            return None, fut
+        return self._await(fut, model, t0, reserve_s)
+
+    def _submit(self, call: Any) -> Future | str:
+        """``call`` queued on the policy worker, or the reason it is not: busy (more than
+        ``MAX_QUEUED`` calls waiting or running), error (the pool is shut down)."""
         if not self._queued.acquire(blocking=False):
-            return None, "busy"
+            return "busy"
         try:
             fut: Future = self._pool.submit(call)
-        except RuntimeError:  # pool shut down
+        except RuntimeError:
             self._queued.release()
-            return None, "error"
+            return "error"
         fut.add_done_callback(lambda _f: self._queued.release())
+        return fut
+
+    def _await(self, fut: Future, model: LoadedModel, t0: float, reserve_s: float) -> tuple[Any, str]:
+        """(the worker's result or None, fallback reason or ""), waiting until the budget (from
+        ``t0``) minus ``reserve_s``. Reasons: busy (still queued at the deadline), timeout (started,
+        not done), nan, error, no-feasible (the call raised _NoFeasible), table (_TableChanged)."""
         wait = self.cfg.budget_ms / 1000.0 - (time.perf_counter() - t0) - reserve_s
         try:
             return fut.result(timeout=max(wait, 0.0)), ""

@@ -256,7 +256,7 @@ class ExtenderServer:
         raw = self._pending.pop(body["PodUID"], None)
         if raw is None:
             return {"Error": f"fedsched: pod {body['PodUID']} was not seen in filter or prioritize"}
-        pod_obj = _load_kept(raw)
+        pod_obj = decode_body(raw)  # what remember() encoded
         cache = self.decider.cache
         try:
             pod = cache.pod(pod_obj)  # with its application code (per-app observed use)
@@ -722,14 +722,6 @@ def dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
     except (ValueError, TypeError, RecursionError) as e:
         raise BadRequest(f"cannot be encoded as JSON ({e})") from None
-
-
-def _load_kept(raw: bytes) -> Any:
-    """JSON this module encoded (:func:`dumps`) -> the value."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw)
 
 
 # ---- TLS ----------------------------------------------------------------------------------------

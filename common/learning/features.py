@@ -244,10 +244,7 @@ class NodeColumnCache:
             *(-np.sort(-free, axis=1) / MILLI_PER_GPU).T,
             frag_before / gpu_cap, np.log1p(state.n_pods[s]) / 5.0,
         ]
-        block = np.array(cols, dtype=np.float32).T
-        rows = self._rows[s]
-        rows[:, _REQUEST_INDEX] = block
-        self._rows[s] = rows
+        self._rows[np.ix_(s, _REQUEST_INDEX)] = np.array(cols, dtype=np.float32).T
         self._version[s] = state.version[s]
 
 

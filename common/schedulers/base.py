@@ -156,27 +156,20 @@ class Ranking:
 
 
 def rank(scheduler: Scheduler, state: ClusterState, pod: Pod, rng: np.random.Generator,
-         candidates: np.ndarray | None = None, node_rank: np.ndarray | None = None,
-         feasible: np.ndarray | None = None) -> Ranking:
+         candidates: np.ndarray | None = None, node_rank: np.ndarray | None = None) -> Ranking:
     """Filter, score and pick the best node (see :func:`place`); the extender calls this too.
 
-    ``feasible`` overrides the feasibility mask. Without it, ``candidates`` are checked alone
-    (a pass over them, not over the cluster: the extender's few hundred candidates of a large
-    cluster). Either way the ranked nodes are the feasible candidates in node id order.
+    With ``candidates`` (node ids) only they are checked (a pass over them, not over the cluster:
+    the extender's few hundred candidates of a large cluster). Either way the ranked nodes are the
+    feasible ones in node id order.
     """
-    if feasible is None and candidates is not None:
+    if candidates is not None:
         cand = np.sort(candidates)
         if len(cand) > 1 and (cand[1:] == cand[:-1]).any():
             cand = np.unique(cand)  # np.unique's own cost is 15x a sort's at 500 candidates
         nodes = cand[state.feasible(pod, cand)]
     else:
-        if feasible is None:
-            feasible = state.feasible(pod)
-        if candidates is not None:
-            mask = np.zeros_like(feasible)
-            mask[candidates] = True
-            feasible = feasible & mask
-        nodes = np.flatnonzero(feasible)
+        nodes = np.flatnonzero(state.feasible(pod))
     if len(nodes) == 0:
         return Ranking(nodes, np.zeros(0), -1)
     scores = np.asarray(scheduler.score(state, pod, nodes), dtype=np.float64)
