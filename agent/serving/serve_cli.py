@@ -59,7 +59,8 @@ OPTIONS: dict[str, tuple[type, Any, str]] = {
     "max-stale-share": (float, 0.5, "at most this share of candidates refused for stale telemetry"),
     "seed": (int, 0, "tie-break seed"),
     "no-early-rank": (bool, False, "rank a pod's candidates only when prioritize asks, not as soon as "
-                                   "filter has answered (the answer is the same; early is faster)"),
+                                   "filter has answered, beside kube-scheduler's own scoring (the answer "
+                                   "is the same)"),
     "backend": (str, "numpy", "policy inference backend: numpy, torch, onnx or auto"),
     "watch-policy": (float, 5.0, "seconds between checks of the policy file for hot reload (0: off)"),
     "decision-log": (str, None, "directory of the decision log (decisions and their outcomes)"),
