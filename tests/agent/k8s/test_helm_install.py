@@ -108,8 +108,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 def established(api: KubeAPI, name: str) -> bool:
     crd = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+    # A CRD just created can carry "conditions": null until the apiserver has looked at it.
     return any(c["type"] == "Established" and c["status"] == "True"
-               for c in crd.get("status", {}).get("conditions", []))
+               for c in (crd.get("status") or {}).get("conditions") or [])
 
 
 # ---- discovery: the path of any object ------------------------------------------------------
