@@ -32,6 +32,8 @@ COPY pyproject.toml README.md ./
 COPY common common
 COPY agent agent
 COPY coordinator coordinator
+COPY cli cli
+COPY experiment experiment
 
 # scripts/setup.sh, step by step.
 RUN python -m venv /opt/fedsched/.venv

@@ -20,9 +20,9 @@ Scenarios (``--variants``, ``--only``):
   where keeping CPU-only pods off GPU nodes matters (a GPU node's CPU taken by a CPU-only pod
   strands its GPUs); judged by GPU and CPU allocation and failed pods.
 
-Columns: the shipped ``learned`` policy (``agent/policies/default.pt``: behaviour cloning of FGD
+Columns: the shipped ``learned`` policy (``common/data/policies/default.pt``: behaviour cloning of FGD
 on 200-node slices, then rollout-based improvement on 100-node slices; see
-``agent/policies/README.md``), any ``--policy [LABEL=]CKPT``, and the packing baselines
+``common/data/policies/README.md``), any ``--policy [LABEL=]CKPT``, and the packing baselines
 ``fgd``, ``best-fit``, ``kube-default``, ``dot-product``, ``gpu-packing``, ``gpu-clustering`` and
 ``random`` (``--baselines``). Each scenario prints the full metric table (mean ± 95% CI over
 seeds, Student t), then a summary prints ``alloc_gpu`` per scenario and the paired difference

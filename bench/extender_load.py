@@ -22,11 +22,11 @@ Phases (goals from the agent issue; PASS/MISS printed):
 2. throughput: decisions/s at 500 nodes, back to back over 1 and 2 connections. Goal: >= 1000/s.
    The agent runs the policy on one worker: concurrent requests wait for it within their budget
    or get the kube-default answer (fallback ``busy``); the share of fallbacks is reported.
-3. gRPC ``ScoreNodes`` p50/p99 at the same sizes when ``agent/grpc_service.py`` provides
+3. gRPC ``ScoreNodes`` p50/p99 at the same sizes when ``agent/serving/grpc_service.py`` provides
    ``serve_grpc`` and ``DecisionClient`` (server started with ``--grpc-port``); compared with
    the seed design's 3.2 ms p99.
-4. fuzz: ``--fuzz`` (10,000) malformed requests, most drawn with the test suite's hypothesis
-   strategies (``tests/extender_fuzz_strategies.py``: bodies of every verb with wrong types,
+4. fuzz: ``--fuzz`` (10,000) malformed requests, most drawn with the hypothesis strategies the
+   test suite shares (``bench/harness/fuzz_strategies.py``: bodies of every verb with wrong types,
    random node names, bad quantities, missing fields, bind/preempt junk and Node objects; pods of
    other profiles; random methods, paths and bytes), the rest written by hand (truncated bodies,
    bad Content-Length, garbage request lines, oversized heads). Goal: no 5xx, no internal error,

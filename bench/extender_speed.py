@@ -46,11 +46,10 @@ from extender.speed import minimal_extender, ratios, side_by_side
 from extender.workload import Mirror, Workload
 from harness.cpu import ONE_THREAD_ENV, pin_client_beside_server
 from harness.provenance import git_commit, machine, write_json
-from harness.serve import get, serve_agent
+from harness.serve import get, serve_agent, serve_process
 
 from fedsched.agent.serving.model_store import ModelStore
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
-from tests.extender_support import serve_process
 
 GOAL_P50_RATIO = 2.0
 GOAL_THROUGHPUT_SHARE = 0.5
@@ -63,8 +62,9 @@ def baseline_agent(tree: Path, serve_args: list[str], core: int, workdir: Path) 
     link to that tree's folders goes first on PYTHONPATH, ahead of the editable install."""
     shim = workdir / "baseline-pkg" / "fedsched"
     shim.mkdir(parents=True)
-    for part in ("common", "agent", "coordinator"):
-        (shim / part).symlink_to(tree.resolve() / part)
+    for part in ("common", "agent", "coordinator", "experiment", "cli"):
+        if (tree / part).is_dir():  # an older checkout has fewer top-level packages
+            (shim / part).symlink_to(tree.resolve() / part)
     env = {**ONE_THREAD_ENV, "PYTHONPATH": os.pathsep.join([str(shim.parent), str(tree.resolve())])}
     cmd = [*serve_args, "--host", "127.0.0.1", "--port", "0", "--log-level", "warning"]
     with serve_process(*cmd, command_prefix=["taskset", "-c", str(core)], env=env,

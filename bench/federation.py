@@ -2,7 +2,7 @@
 kill, INT8 uploads and FedProx do to it?
 
 Every experiment is one run of Flower's own simulation runtime (``flwr run`` with a private
-``FLWR_HOME``, through :func:`fedsched.coordinator.federate.run_flower`) of the five non-IID
+``FLWR_HOME``, through :func:`fedsched.experiment.federate.run_flower`) of the five non-IID
 members of :data:`fedsched.common.federation.members.MEMBERS` in online mode, all from the same
 seeded random start and the same member seeds, so two runs differ only by their condition:
 
@@ -29,7 +29,7 @@ Reported per run:
 2. **Quality**: the hub's final central trouble score (``rounds.json``: held-out clusters, mean
    and 95% CI over them; the random start's is computed here, as the hub never scores round 0),
    and each member's test-pod replays of the final global model
-   (:func:`fedsched.coordinator.federate.evaluate_member`, ``eval_seeds`` seeds, the same seeds
+   (:func:`fedsched.experiment.baselines.evaluate_member`, ``eval_seeds`` seeds, the same seeds
    for every model). *Within 5% of clean* is decided on the paired difference
    ``d = trouble(run) - trouble(clean)`` of the per-member, per-seed test trouble scores.
    A trouble score is a mean log ratio to kube-default and sits near 0, so a relative
@@ -45,7 +45,7 @@ Reported per run:
 3. **Robustness**: per round, the updates the hub rejected (``rounds.json`` ``rejected``) and why.
 4. **Bytes**: what each member itself reported sending, per round (``bytes-up`` of each member's
    reply; a failed member sent nothing), as counted by
-   :func:`fedsched.coordinator.federate.bytes_sent` (a reply with ``uploaded = 0`` counted as 0)
+   :func:`fedsched.experiment.federate.bytes_sent` (a reply with ``uploaded = 0`` counted as 0)
    and as the reply's payload really is (those replies still carry the encoded zero update);
    the INT8 run against the fp32 run, with the quality cost of INT8 (central and test trouble
    scores, paired) and the probe decisions the two final models take differently.
@@ -53,7 +53,7 @@ Reported per run:
    both global models and their paired difference with its CI.
 
 Wall times are each run's own (from when it holds the machine-wide Flower lock of
-:func:`fedsched.coordinator.federate.run_flower`); ``hub_s_to_last_round`` is the hub's clock.
+:func:`fedsched.experiment.federate.run_flower`); ``hub_s_to_last_round`` is the hub's clock.
 ``--reuse`` keeps the runs an interrupted invocation finished in ``--out`` and re-analyses.
 
     python bench/federation.py [--quick] [--scale 50x10] [--out DIR] [--json OUT.json] [--reuse]
@@ -80,15 +80,10 @@ from harness.provenance import git_commit, machine, write_json
 from fedsched.common.federation.members import member_cluster
 from fedsched.common.federation.weights import load_npz
 from fedsched.common.model.metrics import mean_ci95
-from fedsched.coordinator.federate import (
-    FederateConfig,
-    _worker_init,
-    bytes_sent,
-    evaluate_member,
-    run_flower,
-    stop_local_superlink,
-)
 from fedsched.coordinator.server_app import initial_weights
+from fedsched.experiment.baselines import evaluate_member, worker_init
+from fedsched.experiment.config import FederateConfig
+from fedsched.experiment.federate import bytes_sent, run_flower, stop_local_superlink
 
 APP_DIR = Path(__file__).resolve().parents[1]
 POISONED = "1"  # the poisoned partition (web: a full-budget member from round 1, ~29% of the weight)
@@ -292,7 +287,7 @@ def collect_probes(args: tuple[int, int, int]) -> list[tuple[np.ndarray, np.ndar
 
 def choices(weights: Weights, probes: list) -> np.ndarray:
     """The argmax node of every probe decision under ``weights``."""
-    from fedsched.agent.federation.online_round import policy_of
+    from fedsched.agent.federation.validation import policy_of
 
     policy = policy_of(weights)
     return np.array([int(np.argmax(policy.score_numpy(nodes, pod, ctx))) for nodes, pod, ctx, _ in probes])
@@ -461,7 +456,7 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
     init_central = online_central_evaluator()(init)
     members = [member_cluster(i) for i in range(cfg.clusters)]
     policies: dict[str, Any] = {"random start": init, **finals}
-    with ProcessPoolExecutor(cfg.workers, initializer=_worker_init) as pool:
+    with ProcessPoolExecutor(cfg.workers, initializer=worker_init) as pool:
         log(f"probe decisions: up to {probes_per_member} per member")
         jobs = [(i, probes_per_member, 7) for i in range(cfg.clusters)]
         probes = [p for ps in pool.map(collect_probes, jobs) for p in ps]

@@ -1,7 +1,7 @@
 """Scheduling throughput of the real kube-scheduler v1.37.2: the default profile alone, with the
 fedsched extender, and with the fedsched Go Score plugin, on a real control plane.
 
-What runs, all on loopback (``tests/k8s_control_plane.py``, the helpers the e2e tests use):
+What runs, all on loopback (``bench/harness/control_plane.py``, the helpers the e2e tests use):
 etcd + kube-apiserver with ``--nodes`` Nodes registered as kubelets would (the openb GPU nodes,
 plus copies under new names past 1,213: ``bench/extender/workload.py``'s cluster), and for each
 configuration a fresh kube-scheduler:
@@ -62,24 +62,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import harness  # puts the repository root on sys.path, for tests.*
+import harness  # harness.ROOT: the repository root
 import numpy as np
 import requests
 import yaml
 from extender.workload import write_nodes_csv
-from harness.provenance import git_commit, machine, write_json
-from prometheus_client.parser import text_string_to_metric_families
-
-from fedsched.agent.cluster.k8s_objects import GPU_COUNT_ANNOTATION, GPU_MILLI_ANNOTATION, pod_to_json
-from fedsched.common.model.cluster import NodeTable, Pod, PodTable
-from fedsched.common.model.traces import builtin_trace, fits_somewhere, load_nodes, load_pods
-from fedsched.common.schedulers import default_policy_path
-from fedsched.common.security import certs
-from tests.charts.chart_support import AGENT, Localizer, documents, fullname, one, render_ci, tls_secret
-from tests.charts.chart_support import NAMESPACE as CHART_NAMESPACE
-from tests.extender_support import ServeProcess, serve_process
-from tests.flower_support import free_port
-from tests.k8s_control_plane import (
+from harness.charts import AGENT, Localizer, documents, fullname, one, render_ci, tls_secret
+from harness.charts import NAMESPACE as CHART_NAMESPACE
+from harness.control_plane import (
     K8S_BIN,
     ControlPlane,
     KubeAPI,
@@ -89,9 +79,19 @@ from tests.k8s_control_plane import (
     kube_scheduler,
     missing_binaries,
     scheduler_config_for,
-    wait_for,
     warnings_off,
 )
+from harness.polling import wait_for
+from harness.ports import free_port
+from harness.provenance import git_commit, machine, write_json
+from harness.serve import ServeProcess, serve_process
+from prometheus_client.parser import text_string_to_metric_families
+
+from fedsched.agent.cluster.k8s_objects import GPU_COUNT_ANNOTATION, GPU_MILLI_ANNOTATION, pod_to_json
+from fedsched.common.model.cluster import NodeTable, Pod, PodTable
+from fedsched.common.model.traces import builtin_trace, fits_somewhere, load_nodes, load_pods
+from fedsched.common.schedulers import default_policy_path
+from fedsched.common.security import certs
 
 FULL = fullname(AGENT)
 SVC_HOST = f"{FULL}-extender.{CHART_NAMESPACE}.svc"

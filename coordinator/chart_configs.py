@@ -14,8 +14,12 @@ replace. :func:`hub_gateway_conf` and :func:`member_sidecar_conf` called with th
 names give exactly what the chart renders (``tests/charts`` checks that equality on every CI
 values file), so there is one source of these configs: ``mtls.py``.
 
-The agent chart's PrometheusRule embeds ``agent/prometheus/recording-rules.yaml``, which is
-copied here for the same reason (a chart can only read files inside itself).
+The agent chart's PrometheusRule embeds the recording rules the package ships
+(``common/data/prometheus/recording-rules.yaml``); the chart's ``files/recording-rules.yaml`` is a
+relative symbolic link to that one file (Helm follows it when it loads or packages the chart), so
+nothing is generated for it here.
+
+May import: ``fedsched.coordinator.mtls`` and the standard library.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from fedsched.coordinator.mtls import nginx_conf, stunnel_conf
@@ -67,7 +70,6 @@ HUB_NAME = "@HUB_NAME@"
 
 GATEWAY_FILE = Path("fedsched-hub") / "files" / "nginx.conf"
 SIDECAR_FILE = Path("fedsched-agent") / "files" / "stunnel.conf"
-RULES_FILE = Path("fedsched-agent") / "files" / "recording-rules.yaml"
 
 
 def superlink_host(fullname: str, namespace: str) -> str:
@@ -93,11 +95,6 @@ def member_sidecar_conf(hub_address: str = HUB_ADDRESS, hub_name: str = HUB_NAME
                         hub_name=hub_name, debug=SIDECAR_LOG_LEVEL)
 
 
-def recording_rules() -> str:
-    """``agent/prometheus/recording-rules.yaml``, as the package ships it."""
-    return resources.files("fedsched.agent").joinpath("prometheus", "recording-rules.yaml").read_text()
-
-
 @dataclass(frozen=True)
 class ChartFile:
     path: Path  # relative to the charts directory
@@ -106,8 +103,7 @@ class ChartFile:
 
 def chart_files() -> list[ChartFile]:
     """Every generated file under ``charts/*/files/`` with its current content."""
-    return [ChartFile(GATEWAY_FILE, hub_gateway_conf()), ChartFile(SIDECAR_FILE, member_sidecar_conf()),
-            ChartFile(RULES_FILE, recording_rules())]
+    return [ChartFile(GATEWAY_FILE, hub_gateway_conf()), ChartFile(SIDECAR_FILE, member_sidecar_conf())]
 
 
 def stale_files(charts: Path) -> list[Path]:

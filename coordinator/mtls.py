@@ -3,7 +3,7 @@
 Flower 1.42's SuperLink serves the Fleet API (``/v1/fleet/...``, protobuf over HTTP/1.1),
 the Control API (``/v1/control/...``, unauthenticated in the open-source build) and the
 Runtime API (``/v1/runtime/...``) on one HTTP(S) port; it never asks for a client
-certificate and a SuperNode cannot present one (reference section 5). The hub link is
+certificate and a SuperNode cannot present one. The hub link is
 therefore::
 
     SuperNode --TLS--> member sidecar (stunnel) --mTLS, cluster's client cert--> hub ingress

@@ -3,8 +3,9 @@ validate them and resume.
 
 Members upload the *change* of their weights this round (``W_local_new - W_global``),
 INT8-encoded with error feedback (:mod:`fedsched.common.federation.codec`). Flower's FedAvg would
-average the int8 values and the scales as if they were weights (reference section 5), so
-:class:`QuantizedUpdates` overrides ``aggregate_train`` and, before the parent's aggregation:
+average the int8 values and the scales as if they were weights (meaningless: each upload has its
+own scales), so :class:`QuantizedUpdates` overrides ``aggregate_train`` and, before the parent's
+aggregation:
 
 1. decodes each reply's arrays into a float32 delta;
 2. validates it: the same tensors, shapes and dtypes as the model, no NaN/Inf, and a norm
@@ -31,6 +32,10 @@ outside the loop sees one numbering, the federation's.
 ``configure_train`` copies the shared config (``Strategy.start`` reuses one object and the
 parents write into it). :func:`make_strategy` picks a class by its run-config name.
 
+Constructors: every strategy takes the arguments of :class:`StrategyArgs` (typed once there,
+with their defaults and checks in :meth:`QuantizedUpdates.__init__`) plus its Flower parent's
+own argument (``proximal_mu``, ``beta``, ``num_malicious_nodes``), which it checks itself.
+
 May import: ``fedsched.common`` and Flower's ServerApp API.
 """
 
@@ -41,7 +46,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -75,6 +80,25 @@ class RoundReport:
     train_metrics: dict[str, float] | None = None  # the parent's aggregate (None: nothing aggregated)
 
 
+class StrategyArgs(TypedDict, total=False):
+    """The keyword arguments every strategy class takes besides its parent's own (the four
+    without a default here have a run-config key; their one default is pyproject's). Defaults
+    and checks: :meth:`QuantizedUpdates.__init__`."""
+
+    norm_bound: Required[float]  # a multiple of the round's median norm; inf turns the check off
+    fraction_train: Required[float]
+    min_train_nodes: Required[int]
+    min_available_nodes: Required[int]
+    round_offset: int  # rounds already done (a resumed hub)
+    fraction_evaluate: float
+    min_evaluate_nodes: int
+    weighted_by_key: str
+    arrayrecord_key: str
+    configrecord_key: str
+    train_metrics_aggr_fn: MetricsAggregation | None
+    evaluate_metrics_aggr_fn: MetricsAggregation | None
+
+
 def _check_fraction(name: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:  # also rejects NaN
         raise ValueError(f"{name} must be in [0, 1], got {value}")
@@ -89,12 +113,24 @@ class QuantizedUpdates(FedAvg):
     """INT8 deltas, validation and round numbering on top of a Flower strategy (see the module
     docstring). A mixin: use it before a Flower strategy, as the classes below do."""
 
-    def __init__(self, *, norm_bound: float, round_offset: int, **parent: Any) -> None:
+    def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
+                 min_available_nodes: int, round_offset: int = 0, fraction_evaluate: float = 1.0,
+                 min_evaluate_nodes: int = 2, weighted_by_key: str = "num-examples",
+                 arrayrecord_key: str = "arrays", configrecord_key: str = "config",
+                 train_metrics_aggr_fn: MetricsAggregation | None = None,
+                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None, **own: Any) -> None:
+        """The :class:`StrategyArgs`, checked; ``own``: the Flower parent's own arguments (checked
+        by the subclass), passed on with them."""
         if not norm_bound > 0:  # also rejects NaN; inf turns the norm check off
             raise ValueError(f"norm_bound must be > 0 (a multiple of the round's median norm), "
                              f"got {norm_bound}")
         _check_count("round_offset", round_offset)
-        super().__init__(**parent)
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
+                         min_train_nodes=min_train_nodes, min_evaluate_nodes=min_evaluate_nodes,
+                         min_available_nodes=min_available_nodes, weighted_by_key=weighted_by_key,
+                         arrayrecord_key=arrayrecord_key, configrecord_key=configrecord_key,
+                         train_metrics_aggr_fn=train_metrics_aggr_fn,
+                         evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn, **own)
         _check_fraction("fraction_train", self.fraction_train)
         _check_fraction("fraction_evaluate", self.fraction_evaluate)
         _check_count("min_train_nodes", self.min_train_nodes)
@@ -220,77 +256,34 @@ class QuantizedUpdates(FedAvg):
 class QuantizedFedAvg(QuantizedUpdates, FedAvg):
     """Flower's FedAvg on INT8 deltas, with update validation and resumable round numbering."""
 
-    def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
-                 min_available_nodes: int, round_offset: int = 0, fraction_evaluate: float = 1.0,
-                 min_evaluate_nodes: int = 2, weighted_by_key: str = "num-examples",
-                 arrayrecord_key: str = "arrays", configrecord_key: str = "config",
-                 train_metrics_aggr_fn: MetricsAggregation | None = None,
-                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None) -> None:
-        super().__init__(norm_bound=norm_bound, round_offset=round_offset, fraction_train=fraction_train,
-                         fraction_evaluate=fraction_evaluate, min_train_nodes=min_train_nodes,
-                         min_evaluate_nodes=min_evaluate_nodes, min_available_nodes=min_available_nodes,
-                         weighted_by_key=weighted_by_key, arrayrecord_key=arrayrecord_key,
-                         configrecord_key=configrecord_key, train_metrics_aggr_fn=train_metrics_aggr_fn,
-                         evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
+    def __init__(self, **args: Unpack[StrategyArgs]) -> None:
+        super().__init__(**args)
 
 
 class QuantizedFedProx(QuantizedUpdates, FedProx):
     """Flower's FedProx on INT8 deltas: sends ``proximal-mu``; members add the proximal term."""
 
-    def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
-                 min_available_nodes: int, proximal_mu: float, round_offset: int = 0,
-                 fraction_evaluate: float = 1.0, min_evaluate_nodes: int = 2,
-                 weighted_by_key: str = "num-examples", arrayrecord_key: str = "arrays",
-                 configrecord_key: str = "config", train_metrics_aggr_fn: MetricsAggregation | None = None,
-                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None) -> None:
+    def __init__(self, *, proximal_mu: float, **args: Unpack[StrategyArgs]) -> None:
         if not 0.0 <= proximal_mu < math.inf:  # also rejects NaN
             raise ValueError(f"proximal_mu must be finite and >= 0, got {proximal_mu}")
-        super().__init__(norm_bound=norm_bound, round_offset=round_offset, proximal_mu=proximal_mu,
-                         fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
-                         min_train_nodes=min_train_nodes, min_evaluate_nodes=min_evaluate_nodes,
-                         min_available_nodes=min_available_nodes, weighted_by_key=weighted_by_key,
-                         arrayrecord_key=arrayrecord_key, configrecord_key=configrecord_key,
-                         train_metrics_aggr_fn=train_metrics_aggr_fn,
-                         evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
+        super().__init__(proximal_mu=proximal_mu, **args)
 
 
 class QuantizedFedTrimmedAvg(QuantizedUpdates, FedTrimmedAvg):
     """Flower's FedTrimmedAvg (coordinate-wise trimmed mean) on validated INT8 deltas."""
 
-    def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
-                 min_available_nodes: int, beta: float = 0.2, round_offset: int = 0,
-                 fraction_evaluate: float = 1.0, min_evaluate_nodes: int = 2,
-                 weighted_by_key: str = "num-examples", arrayrecord_key: str = "arrays",
-                 configrecord_key: str = "config", train_metrics_aggr_fn: MetricsAggregation | None = None,
-                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None) -> None:
+    def __init__(self, *, beta: float = 0.2, **args: Unpack[StrategyArgs]) -> None:
         if not 0.0 <= beta < 0.5:  # also rejects NaN
             raise ValueError(f"beta (the fraction trimmed off each tail) must be in [0, 0.5), got {beta}")
-        super().__init__(norm_bound=norm_bound, round_offset=round_offset, beta=beta,
-                         fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
-                         min_train_nodes=min_train_nodes, min_evaluate_nodes=min_evaluate_nodes,
-                         min_available_nodes=min_available_nodes, weighted_by_key=weighted_by_key,
-                         arrayrecord_key=arrayrecord_key, configrecord_key=configrecord_key,
-                         train_metrics_aggr_fn=train_metrics_aggr_fn,
-                         evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
+        super().__init__(beta=beta, **args)
 
 
 class QuantizedKrum(QuantizedUpdates, Krum):
     """Flower's Krum (the one update closest to its neighbours) on validated INT8 deltas."""
 
-    def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
-                 min_available_nodes: int, num_malicious_nodes: int = 0, round_offset: int = 0,
-                 fraction_evaluate: float = 1.0, min_evaluate_nodes: int = 2,
-                 weighted_by_key: str = "num-examples", arrayrecord_key: str = "arrays",
-                 configrecord_key: str = "config", train_metrics_aggr_fn: MetricsAggregation | None = None,
-                 evaluate_metrics_aggr_fn: MetricsAggregation | None = None) -> None:
+    def __init__(self, *, num_malicious_nodes: int = 0, **args: Unpack[StrategyArgs]) -> None:
         _check_count("num_malicious_nodes", num_malicious_nodes)
-        super().__init__(norm_bound=norm_bound, round_offset=round_offset,
-                         num_malicious_nodes=num_malicious_nodes, fraction_train=fraction_train,
-                         fraction_evaluate=fraction_evaluate, min_train_nodes=min_train_nodes,
-                         min_evaluate_nodes=min_evaluate_nodes, min_available_nodes=min_available_nodes,
-                         weighted_by_key=weighted_by_key, arrayrecord_key=arrayrecord_key,
-                         configrecord_key=configrecord_key, train_metrics_aggr_fn=train_metrics_aggr_fn,
-                         evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
+        super().__init__(num_malicious_nodes=num_malicious_nodes, **args)
 
 
 # The strategies by run-config name (``strategy = "..."``). The arguments that have a run-config key

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduce the shipped packing policy agent/policies/default.pt (about 35 minutes on 2 cores).
+# Reproduce the shipped packing policy common/data/policies/default.pt (about 35 minutes on 2 cores).
 #
 # Behaviour cloning of FGD on the openb default workload's *train* part (60% of pods by a
 # stable hash of their names), on four 200-node slices of the openb GPU cluster; 20,000
@@ -22,7 +22,7 @@ python -m fedsched.agent.learning.rollout_improve --out "$out/rollout" --init "$
   --slice-nodes 100 --num-clusters 4 --val-nodes 200 --val-seeds 4 --top-k 3 --teacher fgd \
   --horizon 300 --decisions-per-iter 300 --sample-prob 0.05 --iterations 8 --distill-epochs 4 \
   --learning-rate 3e-4 --margin 0.3 --time-budget-s 1200
-cp "$out/rollout/best.pt" agent/policies/default.pt
-echo "wrote agent/policies/default.pt"
+cp "$out/rollout/best.pt" common/data/policies/default.pt
+echo "wrote common/data/policies/default.pt"
 # 3. judged on the full openb GPU cluster (test pods, 10 seeds) beside FGD
-python bench/packing_improvement.py --policy agent/policies/default.pt --seeds 10 --variants default
+python bench/packing_improvement.py --policy common/data/policies/default.pt --seeds 10 --variants default

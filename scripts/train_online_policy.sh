@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduce agent/policies/online.pt, the shipped online (replay-mode) node-scoring policy:
+# Reproduce common/data/policies/online.pt, the shipped online (replay-mode) node-scoring policy:
 # credit regression on 80,000 decisions of an exploring behaviour policy over 16 randomised
 # member clusters (web, gpu, edge, openb slices), node credit over a 30-minute horizon, then
 # validation on held-out clusters beside kube-default and the oracle (figures in the checkpoint's
@@ -11,5 +11,5 @@ bash scripts/setup.sh
 out=${1:-runs/online-policy}
 python -m fedsched.agent.learning.online --out "$out" --method credit --samples 80000 --epochs 10 \
   --clusters-per-profile 4 --target-loads 0.85,0.95,1.0 --seed 1
-cp "$out/checkpoint.pt" agent/policies/online.pt
-echo "wrote agent/policies/online.pt"
+cp "$out/checkpoint.pt" common/data/policies/online.pt
+echo "wrote common/data/policies/online.pt"

@@ -46,7 +46,7 @@ def log_with_outcomes(log_dir, nodes: NodeTable, pods: PodTable, n: int,
     kube-default where it was in shadow mode)."""
     from fedsched.agent.learning.bc import collect
     from fedsched.agent.learning.env import EnvConfig, SchedulingEnv
-    from fedsched.agent.serving.decision_log import DecisionLog
+    from fedsched.common.learning.decision_log import DecisionLog
     from fedsched.common.schedulers import make_scheduler
 
     log = DecisionLog(log_dir)

@@ -2,27 +2,28 @@
 
 Shared by ``tests/coordinator/test_mtls.py`` (the hub link with ``coordinator/mtls.py``'s
 configs) and ``tests/charts/test_chart_federation.py`` (the same link with the configs and
-flags the Helm charts render): free ports, processes in their own sessions, SuperNode
+flags the Helm charts render): nginx and stunnel, waiting for a port to open, SuperNode
 authentication keys, the operator's ``flwr`` connection, and a federated run checked for
-``finished:completed``.
+``finished:completed``. Free ports (:mod:`bench.harness.ports`) and processes in their own
+sessions with their logs (:mod:`bench.harness.processes`) are in the benchmarks' harness, which
+the tests share. Imports :mod:`bench.harness` and ``cryptography``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+
+from bench.harness.processes import tail
 
 NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
 STUNNEL = shutil.which("stunnel") or shutil.which("stunnel4") or shutil.which("stunnel", path="/usr/bin")
@@ -48,16 +49,6 @@ def missing_tools(*extra_bins: str) -> list[str]:
     return why
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def tail(path: Path, n: int = 4000) -> str:
-    return path.read_text(errors="replace")[-n:] if path.exists() else f"(no {path})"
-
-
 def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = START_TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -67,38 +58,6 @@ def wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = STA
             return
         time.sleep(0.2)
     raise TimeoutError(f"port {port} of {proc.args[0]} not open after {timeout}s:\n{tail(log)}")
-
-
-@dataclass
-class Procs:
-    """Processes started by the test, each in its own session so teardown ends its children too."""
-
-    logs: Path
-    procs: list[subprocess.Popen] = field(default_factory=list)
-
-    def start(self, name: str, args: list[str], env: dict[str, str] | None = None,
-              cwd: Path | None = None) -> tuple[subprocess.Popen, Path]:
-        log = self.logs / f"{name}.log"
-        with log.open("ab") as f:
-            p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd or self.logs,
-                                 start_new_session=True)
-        self.procs.append(p)
-        return p, log
-
-    def stop(self, p: subprocess.Popen, timeout: float = 10) -> None:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)  # leftovers of the group (ClientApp/ServerApp children)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(5)
-
-    def stop_all(self) -> None:
-        for p in reversed(self.procs):
-            self.stop(p)
 
 
 def ec_auth_key(directory: Path, name: str) -> tuple[Path, Path]:

@@ -58,7 +58,7 @@ from prometheus_client.registry import Collector
 
 PROMETHEUS = shutil.which("prometheus") or shutil.which("prometheus", path="/usr/bin:/usr/local/bin")
 PROMTOOL = shutil.which("promtool") or shutil.which("promtool", path="/usr/bin:/usr/local/bin")
-RULES_FILE = Path(__file__).resolve().parents[1] / "agent" / "prometheus" / "recording-rules.yaml"
+RULES_FILE = Path(__file__).resolve().parents[1] / "common" / "data" / "prometheus" / "recording-rules.yaml"
 JOB = "node-exporter"  # the job name the upstream memory rule selects
 HOST = "127.0.0.1"
 START_TIMEOUT = 30.0
@@ -475,18 +475,6 @@ def running_prometheus(workdir: Path, scrape_configs: list[dict], rules_text: st
         yield server
     finally:
         server.stop()
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.25, what: str = "condition"):
-    """Poll ``predicate()`` until it returns something truthy; return that or raise TimeoutError."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not reached in {timeout}s (last: {last!r})")
 
 
 def close_to(a: float, b: float, rel: float, abs_: float = 0.0) -> bool:

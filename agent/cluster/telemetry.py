@@ -12,7 +12,7 @@ Recording rules required
     ``instance:node_cpu:ratio`` (kube-prometheus ``kube-prometheus-node-recording.rules``) and
     ``instance:node_memory_utilisation:ratio`` (node-mixin ``node-exporter.rules``).
     kube-prometheus ships both. Any other Prometheus must load
-    ``agent/prometheus/recording-rules.yaml`` (installed as package data), which copies them
+    ``common/data/prometheus/recording-rules.yaml`` (installed as package data), which copies them
     verbatim and names its sources; like upstream, it expects the node-exporter scrape job to
     be called ``node-exporter`` and one ``instance`` per node. Without the rules the CPU and
     memory ratios are NaN and the agent schedules on requests for them. The CPU rule is

@@ -1,8 +1,9 @@
 """The member's Flower ClientApp: one federated round = load, a local round, reply with the update.
 
-Run config (``context.run_config``; defaults in pyproject's ``[tool.flwr.app.config]``, filled in
-by the app's :func:`fedsched.agent.federation.mods.run_config_defaults_mod` where a runtime passes
-none):
+Run config (``context.run_config``, read once as a
+:class:`fedsched.agent.federation.round.MemberRunConfig`; defaults in pyproject's
+``[tool.flwr.app.config]``, filled in by the app's
+:func:`fedsched.agent.federation.mods.run_config_defaults_mod` where a runtime passes none):
 ``eta`` (personalisation, rejected outside [0, 1]), ``mode`` (``online``: credit regression on
 the member's own rewards in its replay twin, with ``local-decisions`` / ``scarce-decisions``,
 ``late-round``, ``local-epochs``, ``local-learning-rate``; ``packing``: PPO with
@@ -14,11 +15,14 @@ cluster comes from the node's ``partition-id``
 (:func:`fedsched.common.federation.members.member_cluster`). In deployment the SuperNode's
 node config names the member's own data: ``cluster-name``, ``nodes-csv`` and ``pods-csv`` (its
 cluster in the openb schema), and optionally ``decision-log`` (a
-:class:`fedsched.agent.serving.decision_log.DecisionLog` directory) with ``window``: the member
+:class:`fedsched.common.learning.decision_log.DecisionLog` directory) with ``window``: the member
 then learns from the outcomes of its own recent decisions (credit regression on the log's last
 ``window`` entries with a known outcome) instead of simulating; with ``serve-policy`` (a checkpoint path)
 it then writes its personalised mix ``eta * W_local + (1 - eta) * W_global`` there, and the
-member's extender (``fedsched serve --policy`` on that path) hot-reloads it.
+member's extender (``fedsched serve --policy`` on that path) hot-reloads it. The round itself
+(personalise, learn, keep ``W_local``, decide on the upload) is
+:func:`fedsched.agent.federation.round.member_round`; how the member learns is its learner
+(:func:`fedsched.agent.federation.learners.learner_for`).
 
 ``train`` replies with one ArrayRecord holding its float32 delta (``NAME.raw``) and one
 MetricRecord with ``num-examples`` (pods scheduled this round; 0 when the member skipped its
@@ -35,8 +39,15 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedsched.agent.federation.learners import learner_for
 from fedsched.agent.federation.mods import codec_mod, failure_mod, poison_mod, run_config_defaults_mod
-from fedsched.agent.federation.task import load_member, member_round, partition_id
+from fedsched.agent.federation.round import (
+    MemberRunConfig,
+    RoundInfo,
+    load_member,
+    member_round,
+    partition_id,
+)
 from fedsched.common.federation.codec import RAW_SUFFIX, nbytes
 
 app = ClientApp(mods=[run_config_defaults_mod])
@@ -44,14 +55,17 @@ app = ClientApp(mods=[run_config_defaults_mod])
 
 @app.train(mods=[failure_mod, codec_mod, poison_mod])
 def train(msg: Message, context: Context) -> Message:
-    # Load: this member's cluster and state, and the global model.
-    member, state = load_member(context.node_config, context.run_config)
+    # Load: this member's settings, cluster, state and way of learning, and the global model.
+    cfg = MemberRunConfig.from_run_config(context.run_config)
+    member, state = load_member(context.node_config, cfg)
+    learner = learner_for(member, cfg, context.node_config)
     global_w = {k: v.numpy() for k, v in msg.content["arrays"].items()}
     config = msg.content["config"]
+    info = RoundInfo.for_member(int(config["server-round"]), partition_id(context.node_config),
+                                mu=float(config.get("proximal-mu", 0.0)))
 
     # One local round: learning from the member's own rewards (its replay twin, or its decision log).
-    result = member_round(member, state, global_w, context.run_config, context.node_config,
-                          server_round=int(config["server-round"]), mu=float(config.get("proximal-mu", 0.0)))
+    result = member_round(learner, state, global_w, cfg, info)
 
     # Reply: the update (the codec mod encodes it) and the round's metrics.
     update = {k + RAW_SUFFIX: v.astype(np.float32) for k, v in result.delta.items()}

@@ -17,15 +17,17 @@ the wire codec and the experiment knobs, around the member's plain ``train``.
 - :func:`poison_mod` (``poison-members``, ``poison-kind``): the listed partitions send NaN,
   10^4-times scaled or sign-flipped updates instead of their own.
 
-Each knob is a pass-through unless its run-config key is set (``fail-rate`` > 0, a member listed
-in ``poison-members``, ``codec = "fp32"`` for the codec). They are attached at import, as a
+Each mod reads its knob from the member's typed run config
+(:class:`fedsched.agent.federation.round.MemberRunConfig`). Each knob is a pass-through unless
+its run-config key is set (``fail-rate`` > 0, a member listed in ``poison-members``,
+``codec = "fp32"`` for the codec). They are attached at import, as a
 ``ClientApp`` is assembled before any run config exists (one FAB serves runs with different
 run configs, and a deployed ClientApp is a new process per message), and each decides per
 message from its own key. Order (outermost first): failures, codec, poison: a poisoned update
 is corrupted before it is encoded, as a broken learner's would be. Each mod builds its reply
 new (``Message(content, reply_to=msg)``); the inner reply is never edited.
 
-May import: ``fedsched.common``, ``fedsched.agent.federation.task`` and Flower's ClientApp API.
+May import: ``fedsched.common``, ``fedsched.agent.federation.round`` and Flower's ClientApp API.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp.typing import ClientAppCallable
 
-from fedsched.agent.federation.task import partition_id
+from fedsched.agent.federation.round import MemberRunConfig, partition_id
 from fedsched.common.federation.codec import RAW_SUFFIX, ErrorFeedback, decode_int8, encode_int8, nbytes
 from fedsched.common.federation.run_config import with_run_config_defaults
 
@@ -50,7 +52,7 @@ def run_config_defaults_mod(msg: Message, context: Context, call_next: ClientApp
 
 def failure_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """Fail the round with probability ``fail-rate`` (seeded by round and partition)."""
-    rate = float(context.run_config["fail-rate"])
+    rate = MemberRunConfig.from_run_config(context.run_config).fail_rate
     if rate != 0.0:
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"run config fail-rate must be in [0, 1], got {rate}")
@@ -85,10 +87,11 @@ def poisoned(delta: dict[str, np.ndarray], kind: str) -> dict[str, np.ndarray]:
 
 def poison_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """Replace the update of the partitions in ``poison-members`` by a ``poison-kind`` one."""
-    members = {m.strip() for m in str(context.run_config["poison-members"]).split(",") if m.strip()}
+    cfg = MemberRunConfig.from_run_config(context.run_config)
+    members = {m.strip() for m in cfg.poison_members.split(",") if m.strip()}
     if not members:
         return call_next(msg, context)
-    kind = str(context.run_config["poison-kind"])
+    kind = cfg.poison_kind
     if kind not in POISON_KINDS:
         raise ValueError(f"unknown poison-kind {kind!r}: expected {', '.join(POISON_KINDS)}")
     reply = call_next(msg, context)
@@ -101,7 +104,7 @@ def poison_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> 
 
 def codec_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """Encode the outgoing update with the run config's ``codec`` (see the module docstring)."""
-    codec = str(context.run_config["codec"])
+    codec = MemberRunConfig.from_run_config(context.run_config).codec
     if codec not in CODECS:
         raise ValueError(f"unknown codec {codec!r}: expected {', '.join(CODECS)}")
     reply = call_next(msg, context)

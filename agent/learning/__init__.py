@@ -1,7 +1,10 @@
 """Training the policies: the Gymnasium environment over either simulator (``env``), PPO
 (``ppo``), TD3 for the weight policy (``td3``), behaviour cloning (``bc``), a whole training run
-with logs and checkpoints (``training``) and ``fedsched train`` (``train_cli``).
+with logs and checkpoints (``training``; the ``fedsched train`` command is ``fedsched.cli.train``),
+credit regression on each decision's node credit (``credit``), the online policy's recipe over
+every member profile (``online``) and rollout-based policy improvement in packing mode
+(``rollout_improve``).
 
-May import: ``fedsched.common`` and ``fedsched.agent.serving.decision_log`` (the on-disk log a
-run records into and fine-tunes from).
+May import: ``fedsched.common`` only (the on-disk decision log a run records into and fine-tunes
+from is ``fedsched.common.learning.decision_log``).
 """

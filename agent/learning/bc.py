@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from fedsched.agent.learning.env import SchedulingEnv
-from fedsched.agent.serving.decision_log import DecisionLog
+from fedsched.common.learning.decision_log import DecisionLog
 from fedsched.common.learning.kinds import WEIGHTS, kind_of
 from fedsched.common.learning.records import Decision
 from fedsched.common.schedulers import Scheduler

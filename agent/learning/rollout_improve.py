@@ -28,7 +28,7 @@ fixed seeds, on a separate cluster slice). ``best.pt`` keeps the best held-out p
 ``checkpoint.pt`` the last, ``summary.json`` the run.
 
     python -m fedsched.agent.learning.rollout_improve --out runs/rollout-improve/x \\
-        --init agent/policies/default.pt --iterations 4 --time-budget-s 2400
+        --init common/data/policies/default.pt --iterations 4 --time-budget-s 2400
 
 May import: numpy, torch, fedsched.common.* and the other fedsched.agent.learning modules
 (env, bc); nothing from serving, federation or the coordinator.
@@ -78,7 +78,8 @@ class Args:
     workload: str = "default"
     """openb pod list variant (openb_pod_list_<workload>.csv) on the openb GPU cluster"""
     init: str | None = None
-    """start from this checkpoint (e.g. agent/policies/default.pt); None: behaviour cloning of bc_teacher"""
+    """start from this checkpoint (e.g. common/data/policies/default.pt); None: behaviour cloning
+    of bc_teacher"""
     bc_teacher: str = "kube-default"
     """without init: the scheduler whose behaviour cloning is the starting policy"""
     bc_samples: int = 3000
@@ -407,9 +408,9 @@ def summarise(values: list[float]) -> dict[str, float]:
 # ---- CLI -----------------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    """``Args`` from ``--flag`` per field (``fedsched.common.cli.dataclass_flags``: the field docs
+    """``Args`` from ``--flag`` per field (``fedsched.common.dataclass_flags``: the field docs
     are the help, booleans are ``--aggregate`` / ``--no-aggregate``)."""
-    from fedsched.common.cli.dataclass_flags import add_dataclass_flags, build
+    from fedsched.common.dataclass_flags import add_dataclass_flags, build
 
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     add_dataclass_flags(ap, Args)

@@ -21,7 +21,7 @@
 
 Continuous training (``algo="finetune"``): the ``init`` checkpoint (either policy kind) is
 fitted by behaviour cloning, with a small learning rate, to the newest ``window`` decisions of
-a :class:`~fedsched.agent.serving.decision_log.DecisionLog` (what the online agent records, or
+a :class:`~fedsched.common.learning.decision_log.DecisionLog` (what the online agent records, or
 ``record_log`` of a bc run), and judged on the held-out run before and after.
 
 A resumed run continues the update count, learning-rate schedule and optimiser state;
@@ -208,7 +208,7 @@ def _run_bc(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, typical:
                  if progress else None)
     if spec.record_log is not None:
         from fedsched.agent.learning.bc import record
-        from fedsched.agent.serving.decision_log import DecisionLog
+        from fedsched.common.learning.decision_log import DecisionLog
 
         log = record(envs, teacher, spec.bc.samples, DecisionLog(spec.record_log), progress=on_sample)
     else:
@@ -254,7 +254,7 @@ def _run_bc(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, typical:
 
 def _check_finetune(spec: TrainSpec) -> None:
     """Refuse a fine-tuning run that cannot start (before anything is written)."""
-    from fedsched.agent.serving.decision_log import DecisionLog
+    from fedsched.common.learning.decision_log import DecisionLog
 
     if spec.init is None:
         raise ValueError("--log fine-tunes an existing checkpoint: give it with --init CKPT")
@@ -282,8 +282,8 @@ def _run_finetune(spec: TrainSpec, out: Path, train: PodTable, val: PodTable, ty
 
     import torch
 
-    from fedsched.agent.serving.decision_log import DecisionLog, summarize
     from fedsched.common.learning.checkpoint import typical_from_dict
+    from fedsched.common.learning.decision_log import DecisionLog, summarize
 
     t_start = time.time()
     log_dir = Path(spec.log)  # type: ignore[arg-type]  # checked by _check_finetune

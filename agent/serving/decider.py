@@ -62,10 +62,11 @@ import numpy as np
 from fedsched.agent.cluster.cache import EXCLUDE_LABEL, ClusterCache
 from fedsched.agent.serving.metrics import ServingMetrics
 from fedsched.agent.serving.model_store import LoadedModel, ModelStore
-from fedsched.agent.serving.rollout_gate import PROFILES, GateVerdict, cluster_profile, gate
+from fedsched.agent.serving.rollout_gate import GateVerdict, gate
 from fedsched.common.learning.nets import WEIGHT_TERMS
 from fedsched.common.learning.scorers import WeightScheduler
 from fedsched.common.model.cluster import MILLI_PER_GPU, Pod
+from fedsched.common.model.profiles import PROFILES, cluster_profile
 from fedsched.common.schedulers.base import NonFiniteScores, Ranking, rank
 from fedsched.common.schedulers.kube_default import KubeDefault
 

@@ -1,6 +1,6 @@
 """The kube-scheduler extender: HTTP(S) filter / prioritize / bind / preempt verbs.
 
-The wire format is k8s.io/kube-scheduler/extender/v1 (reference section 2): POST
+The wire format is k8s.io/kube-scheduler/extender/v1 (its structs have no json tags): POST
 ``{prefix}/{verb}`` with a JSON body whose keys are Go field names (``Pod``, ``Nodes``,
 ``NodeNames``); with ``nodeCacheCapable: true`` the scheduler sends ``NodeNames`` only and the
 agent answers from its own cache; with full ``Nodes`` the agent learns nodes it does not know

@@ -1,7 +1,7 @@
 """The agent's gRPC decision service (``fedsched.decision.v1.DecisionService``).
 
 The seed design's Score-plugin path: a Go Score plugin inside kube-scheduler asks the agent
-for node scores over gRPC. The HTTP extender (``agent/extender.py``) is the main path; both
+for node scores over gRPC. The HTTP extender (``agent/serving/extender.py``) is the main path; both
 are answered by one :class:`~fedsched.agent.serving.decider.Decider` over one cluster cache, so for
 the same state the node a ``ScoreNodes`` answer gives 100 is the node the extender's
 prioritize answer gives 10.
@@ -33,7 +33,7 @@ when the client's deadline (``context.time_remaining()``) is closer than that, t
 cut to it less a margin for the response (:data:`DEADLINE_MARGIN_S` plus
 :data:`DEADLINE_MARGIN_PER_NODE_S` per candidate), so a slow policy still gets a
 fallback answer to the client in time. The decider measures its budget from the ``t0`` it is
-given (module doc of ``agent/decider.py``: "from the request's arrival"); the service passes
+given (module doc of ``agent/serving/decider.py``: "from the request's arrival"); the service passes
 an earlier ``t0`` when the deadline is the tighter bound, which leaves ``decider.py`` as it is.
 
 Health: ``grpc.health.v1.Health`` reports SERVING for ``""`` and the service name once the

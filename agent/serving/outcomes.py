@@ -2,7 +2,7 @@
 
 Every prioritize decision the policy made (in shadow mode too) is held in memory with its
 features until its pod is bound; once bound, the decision waits ``horizon_s`` seconds and is
-then written to the :class:`~fedsched.agent.serving.decision_log.DecisionLog` with the node the pod
+then written to the :class:`~fedsched.common.learning.decision_log.DecisionLog` with the node the pod
 really went to as ``chosen`` and the outcome as reward terms:
 
 - ``pending_s``: seconds from the pod's creation to its binding (NaN when unknown);
@@ -38,7 +38,7 @@ import numpy as np
 
 from fedsched.agent.cluster.cache import BoundPod
 from fedsched.agent.serving.decider import Decider, Decision
-from fedsched.agent.serving.decision_log import DecisionLog
+from fedsched.common.learning.decision_log import DecisionLog
 from fedsched.common.learning.features import HOT_THRESHOLD, Features
 from fedsched.common.learning.records import Decision as LogDecision
 

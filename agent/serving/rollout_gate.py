@@ -20,8 +20,8 @@ The gate reads them for the cluster's *profile* and answers active or shadow, wi
 - anything else (no figures): shadow.
 
 The profile is given (``web``, ``gpu``, ``edge``) or inferred from the node inventory
-(:func:`cluster_profile`): GPUs anywhere -> ``gpu``; every node at most ``EDGE_MAX_CORES``
-cores -> ``edge``; otherwise ``web``.
+(:func:`fedsched.common.model.profiles.cluster_profile`: GPUs anywhere -> ``gpu``; every node
+at most ``EDGE_MAX_CORES`` cores -> ``edge``; otherwise ``web``).
 
 May import ``fedsched.common`` only.
 """
@@ -32,13 +32,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from fedsched.common.model.cluster import NodeTable
 from fedsched.common.model.metrics import HIGHER_IS_BETTER
+from fedsched.common.model.profiles import PROFILES
 
 PRIMARY = ("hot_cpu_node_s", "throttled_cpu_core_s", "oom_kills_per_1k_starts")
-PROFILES = ("web", "gpu", "edge")
 VALIDATION_GROUPS = {"web": ("web",), "edge": ("edge",), "gpu": ("gpu", "openb")}
-EDGE_MAX_CORES = 8
 TOLERANCE = 0.02  # relative slack before "worse" (validation runs are single seeds)
 
 
@@ -47,15 +45,6 @@ class GateVerdict:
     active: bool
     reason: str
     profile: str
-
-
-def cluster_profile(nodes: NodeTable) -> str:
-    """The profile of a node inventory (module docstring)."""
-    if len(nodes) and int(nodes.gpu.sum()) > 0:
-        return "gpu"
-    if len(nodes) and int(nodes.cpu.max()) <= EDGE_MAX_CORES * 1000:
-        return "edge"
-    return "web"
 
 
 def _online(meta: dict[str, Any], profile: str) -> GateVerdict:

@@ -1,7 +1,8 @@
 """Phase 4, fuzz: requests a scheduler should never send, and what the server answered to them.
 
-Most are drawn with the test suite's hypothesis strategies (``tests/extender_fuzz_strategies.py``,
-as ``tests/agent/serving/test_extender_fuzz.py`` draws them), on one keep-alive connection:
+Most are drawn with the hypothesis strategies the test suite's fuzzer shares
+(``bench/harness/fuzz_strategies.py``, as ``tests/agent/serving/test_extender_fuzz.py`` draws
+them), on one keep-alive connection:
 
 - ``verbs``: bodies of every verb (Pod, NodeNames and Nodes lists, bind and preempt bodies of the
   right shape most of the time, wrongly typed fields, bad quantities) or any JSON value;
@@ -29,15 +30,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from harness.serve import get
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import seed as hypothesis_seed
-from hypothesis import strategies as st
-
-from extender.metrics import cache_nodes, diff, scrape
-from extender.workload import Workload, connect
-from fedsched.agent.cluster.k8s_objects import GPU_RESOURCE, pod_to_json
-from tests.extender_fuzz_strategies import (
+from harness.extender_client import Endpoint
+from harness.fuzz_strategies import (
     JSON,
     METHODS,
     NODE,
@@ -50,7 +44,14 @@ from tests.extender_fuzz_strategies import (
     fuzzed_pods,
     verb_bodies,
 )
-from tests.extender_support import Endpoint
+from harness.serve import get
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+
+from extender.metrics import cache_nodes, diff, scrape
+from extender.workload import Workload, connect
+from fedsched.agent.cluster.k8s_objects import GPU_RESOURCE, pod_to_json
 
 PROFILE = "fedsched"  # fedsched serve's --scheduler-name
 MIX = {"verbs": 4, "profiles": 1, "bytes": 2, "truncated": 1, "protocol": 1}  # category weights

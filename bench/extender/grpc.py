@@ -19,10 +19,10 @@ def grpc_available() -> tuple[bool, str]:
     try:
         from fedsched.agent.serving import grpc_service
     except ImportError as e:
-        return False, f"agent/grpc_service.py cannot be imported ({e})"
+        return False, f"agent/serving/grpc_service.py cannot be imported ({e})"
     missing = [n for n in ("serve_grpc", "DecisionClient") if not hasattr(grpc_service, n)]
     if missing:
-        return False, f"agent/grpc_service.py has no {', '.join(missing)}"
+        return False, f"agent/serving/grpc_service.py has no {', '.join(missing)}"
     return True, ""
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from harness.extender_client import Endpoint
 from harness.stats import timing_stats
 
 from extender.metrics import diff, scrape, server_mean_ms
 from extender.workload import Workload, connect, timed_requests
-from tests.extender_support import Endpoint
 
 
 def latency_phase(endpoint: Endpoint, wl: Workload, sizes: list[int], requests: int) -> dict[str, Any]:

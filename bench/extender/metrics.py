@@ -3,9 +3,8 @@ source, requests by verb and code, the server's own decision time; differences b
 
 from __future__ import annotations
 
+from harness.extender_client import Endpoint, metric
 from harness.serve import get
-
-from tests.extender_support import Endpoint, metric
 
 Scrape = dict[str, dict[str, float]]
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 from harness.cpu import ONE_THREAD_ENV
+from harness.extender_client import Endpoint
 from harness.serve import get
 from harness.stats import timing_stats
 
 from extender.workload import connect, timed_requests
-from tests.extender_support import Endpoint
 
 MINIMAL = Path(__file__).with_name("minimal.py")
 

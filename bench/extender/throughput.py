@@ -7,11 +7,11 @@ import threading
 import time
 from typing import Any
 
+from harness.extender_client import Endpoint
 from harness.stats import timing_stats
 
 from extender.metrics import diff, scrape
 from extender.workload import Workload, connect, timed_requests
-from tests.extender_support import Endpoint
 
 
 def throughput_phase(

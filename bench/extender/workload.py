@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from harness.extender_client import Client, Endpoint
 
 from fedsched.agent.cluster.k8s_objects import pod_to_json
 from fedsched.common.model.cluster import ClusterState, NodeTable, Pod, PodTable
 from fedsched.common.model.traces import builtin_trace
-from tests.extender_support import Client, Endpoint
 
 UID_TOKEN = "@@UID@@"  # replaced in a prebuilt body by each request's pod UID (same length not needed)
 Log = Callable[[str], None]

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import ROOT
-from harness.cpu import THREAD_VARS
+from . import ROOT
+from .cpu import THREAD_VARS
 
 
 def git_commit() -> dict[str, Any]:

@@ -1,28 +1,28 @@
-"""``fedsched serve`` for a benchmark: started through the test suite's :func:`serve_process`,
-pinned to one core with one BLAS/OpenMP thread, its logs in a file, waited on until ready; a
-free port; a GET on a fresh connection. Talk to it with the test suite's :class:`Client`."""
+"""``fedsched serve`` as a separate process, for the benchmarks and the tests:
+:func:`serve_process` runs it until it listens and SIGTERMs it on exit (:class:`ServeProcess`, an
+extender :class:`~.extender_client.Endpoint`); :func:`serve_agent` is a benchmark's agent on top
+of it: pinned to one core with one BLAS/OpenMP thread, its logs in a file, waited on until ready
+(:class:`Agent`); :func:`get` is a GET on a fresh connection. Talk to it with
+:class:`~.extender_client.Client`. Imports the standard library and its sibling modules."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import socket
+import signal
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from harness.cpu import ONE_THREAD_ENV, rss_mb
-from tests.extender_support import Client, Endpoint, ServeProcess, serve_process
+from .cpu import ONE_THREAD_ENV, rss_mb
+from .extender_client import Client, Endpoint
+from .ports import free_port
 
-__all__ = ["Agent", "Client", "free_port", "get", "serve_agent"]
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (on loopback)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["Agent", "Client", "ServeProcess", "free_port", "get", "serve_agent", "serve_process"]
 
 
 def get(endpoint: Endpoint, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
@@ -32,6 +32,67 @@ def get(endpoint: Endpoint, path: str, timeout: float = 10.0) -> tuple[int, byte
         return client.raw("GET", path)
     finally:
         client.close()
+
+
+@dataclass
+class ServeProcess:
+    """A running ``fedsched serve`` process (see :func:`serve_process`)."""
+
+    proc: subprocess.Popen
+    url: str = ""  # the verbs' URL prefix, e.g. http://127.0.0.1:PORT/scheduler
+    base: str = ""  # the server's root (for /metrics, /readyz)
+    stderr: str = ""  # the process's logs, after it stopped
+
+    @property
+    def port(self) -> int:
+        port = urlsplit(self.url).port
+        assert port is not None, self.url
+        return port
+
+    @property
+    def prefix(self) -> str:
+        return urlsplit(self.url).path
+
+
+@contextlib.contextmanager
+def serve_process(
+    *args: str,
+    command_prefix: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    stderr_path: Path | None = None,
+) -> Iterator[ServeProcess]:
+    """Run ``fedsched serve ARGS`` until it listens; SIGTERM it on exit (its logs in ``stderr``).
+
+    ``command_prefix`` runs it under another command (``taskset -c 0``), ``env`` is added to its
+    environment, and with ``stderr_path`` its logs go to that file as it runs (read into
+    ``stderr`` at exit) rather than to a pipe read only at exit, which a long run would fill."""
+    base_env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    log = open(stderr_path, "w") if stderr_path is not None else None  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [*command_prefix, sys.executable, "-m", "fedsched.cli.main", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE if log is None else log,
+        text=True,
+        env={**base_env, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
+    sp = ServeProcess(proc)
+    try:
+        line = proc.stdout.readline()
+        if "listening on" not in line:
+            if stderr_path is not None:
+                raise AssertionError(line + stderr_path.read_text(errors="replace")[-2000:])
+            raise AssertionError(proc.stderr.read() if proc.poll() is not None else line)
+        sp.url = line.split("listening on ")[1].split()[0]
+        sp.base = sp.url.rsplit("/scheduler", 1)[0]
+        yield sp
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if log is not None:
+                log.close()
+        sp.stderr = err if stderr_path is None else stderr_path.read_text(errors="replace")
 
 
 @dataclass

@@ -6,7 +6,7 @@ every node of a 1500-node cluster is a handful of vectorised operations.
 Units: CPU in milli-cores, memory in MiB, GPU shares in milli-GPU (1000 = one GPU),
 disk I/O in MB/s and network in Mbit/s.
 
-GPU semantics (reference section 4, the openb trace): a node has ``gpu`` GPUs of 1000
+GPU semantics (the openb trace's and the FGD simulator's): a node has ``gpu`` GPUs of 1000
 milli each; a pod with ``num_gpu == 1`` and ``gpu_milli < 1000`` shares one GPU; a pod
 with ``num_gpu >= 1`` and ``gpu_milli == 1000`` takes whole GPUs; ``gpu_spec``
 restricts the GPU models a pod accepts (empty: any).

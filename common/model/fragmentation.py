@@ -121,7 +121,7 @@ class FragmentationModel:
 
 def fragmentation_ratio(cpu_free: np.ndarray, cpu_cap: np.ndarray, mem_free: np.ndarray,
                         mem_cap: np.ndarray) -> float:
-    """Reference section 6: ``1 - min(a_cpu, a_mem) / max(a_cpu, a_mem)``.
+    """The cluster fragmentation ratio: ``1 - min(a_cpu, a_mem) / max(a_cpu, a_mem)``.
 
     ``a_r`` is the cluster's available share of resource ``r`` (free / capacity).
     """

@@ -8,7 +8,7 @@ Per run, as a flat ``dict[str, float]`` (names in :data:`METRICS`):
   as the FGD artefact does (mean of the samples whose arrived % rounds to the bin).
 - ``gpu_frag_rate`` (% of idle GPU that is fragmented) and ``gpu_frag_amount`` (% of all
   GPU), FGD definition, at the end; ``gpu_frag_rate_at_90`` at 90% arrived (packing).
-- ``frag_ratio``: reference section 6, ``1 - min(a_cpu, a_mem) / max(a_cpu, a_mem)``, %.
+- ``frag_ratio``: ``1 - min(a_cpu, a_mem) / max(a_cpu, a_mem)`` of the cluster's free shares, %.
 - ``failed_pods``, ``pending_pods`` (still waiting at the end), ``pending_mean_s`` and
   ``pending_p99_s`` (arrival to bind, seconds of simulated time).
 - ``util_mean`` and ``util_variance``: mean and variance over nodes of real CPU

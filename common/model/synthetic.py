@@ -145,6 +145,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -366,42 +367,119 @@ def _make_pods(prefix: str, nodes: NodeTable, cpu: np.ndarray, mem: np.ndarray,
 
 # ---- profiles ----------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class WebProfile:
+@dataclass(frozen=True, kw_only=True)
+class ClusterProfile:
+    """The parameters every profile has (their meaning below; each profile sets its own
+    defaults) and their checks. A profile is a frozen dataclass whose ``generate`` draws one
+    seeded cluster; fields are keyword-only."""
+
+    nodes_min: int
+    """Smallest node count drawn when ``n_nodes`` is not given."""
+    nodes_max: int
+    """Largest node count drawn when ``n_nodes`` is not given."""
+    node_disk_io_mbps: float
+    """Disk-I/O capacity of every node, MB/s."""
+    node_net_mbps: float
+    """Network capacity of every node, Mbit/s."""
+    pods_per_node: float
+    """Default number of pods per node."""
+    pods_per_app: float
+    """Mean number of pods (replicas) per application; 1 = every pod its own application."""
+    qos_weights: tuple[float, float, float, float]
+    """Probabilities of QoS BE, Burstable, LS, Guaranteed."""
+    trace_hours: float
+    """Span of the arrivals, hours."""
+    lifetime_median_s: float
+    """Median pod lifetime, seconds (log-normal)."""
+    lifetime_sigma: float
+    """Log-sd of the lifetime."""
+
+    name: ClassVar[str]
+    """The profile's name (its key in :data:`PROFILES`; also seeds its random stream)."""
+
+    def __post_init__(self) -> None:
+        p = self.name
+        _check_range(p, "nodes_min", self.nodes_min, "nodes_max", self.nodes_max, minimum=1)
+        _check_weights(p, "qos_weights", self.qos_weights, len(QOS_CLASSES))
+        _check(self.pods_per_app >= 1 and math.isfinite(self.pods_per_app), p,
+               f"pods_per_app must be >= 1, got {self.pods_per_app}")
+        _check_positive(p, pods_per_node=self.pods_per_node, node_disk_io_mbps=self.node_disk_io_mbps,
+                        node_net_mbps=self.node_net_mbps, trace_hours=self.trace_hours,
+                        lifetime_median_s=self.lifetime_median_s)
+        _check(self.lifetime_sigma >= 0, p, "lifetime_sigma must be non-negative")
+
+    def generate(self, seed: int, n_nodes: int | None = None,
+                 n_pods: int | None = None) -> tuple[NodeTable, PodTable]:
+        """Nodes and pods (in arrival order) of one seeded cluster of this profile."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShapedProfile(ClusterProfile):
+    """A profile whose nodes draw from a list of (cores, memory GiB) shapes and whose pods' CPU
+    and memory requests are log-normal and clipped to a range (``web``, ``edge``)."""
+
+    node_shapes: tuple[tuple[int, int], ...]
+    """Node shapes as (cores, memory GiB)."""
+    node_shape_weights: tuple[float, ...]
+    """Probability of each node shape."""
+    cpu_median_milli: float
+    """Median CPU request, milli-cores (log-normal)."""
+    cpu_sigma: float
+    """Log-sd of the CPU request."""
+    cpu_min_milli: int
+    """Smallest CPU request, milli-cores."""
+    cpu_max_milli: int
+    """Largest CPU request, milli-cores."""
+    mem_sigma: float
+    """Log-sd of the memory draw (``web``: the memory-per-core ratio; ``edge``: the request)."""
+    mem_min_mib: int
+    """Smallest memory request, MiB."""
+    mem_max_mib: int
+    """Largest memory request, MiB."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        p = self.name
+        _check(len(self.node_shapes) > 0, p, "node_shapes is empty")
+        _check(all(c > 0 and m > 0 for c, m in self.node_shapes), p, "node shapes must be positive")
+        _check_weights(p, "node_shape_weights", self.node_shape_weights, len(self.node_shapes))
+        _check_range(p, "cpu_min_milli", self.cpu_min_milli, "cpu_max_milli", self.cpu_max_milli,
+                     minimum=CPU_STEP_MILLI)
+        _check_range(p, "mem_min_mib", self.mem_min_mib, "mem_max_mib", self.mem_max_mib,
+                     minimum=MEM_STEP_MIB)
+        _check_positive(p, cpu_median_milli=self.cpu_median_milli)
+        for k in ("cpu_sigma", "mem_sigma"):
+            _check(getattr(self, k) >= 0, p, f"{k} must be non-negative")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebProfile(ShapedProfile):
     """CPU-only web-serving cluster: many small pods, diurnal arrivals (see module doc)."""
 
+    # Defaults of the shared fields (meanings on ClusterProfile and ShapedProfile).
     nodes_min: int = 40
-    """Smallest node count drawn when ``n_nodes`` is not given."""
     nodes_max: int = 200
-    """Largest node count drawn when ``n_nodes`` is not given."""
     node_shapes: tuple[tuple[int, int], ...] = ((16, 64), (32, 64), (32, 128), (64, 256))
-    """Node shapes as (cores, memory GiB)."""
     node_shape_weights: tuple[float, ...] = (0.3, 0.2, 0.35, 0.15)
-    """Probability of each node shape."""
     node_disk_io_mbps: float = 2000.0
-    """Disk-I/O capacity of every node, MB/s."""
     node_net_mbps: float = 25000.0
-    """Network capacity of every node, Mbit/s."""
     pods_per_node: float = 25.0
-    """Default number of pods per node."""
     pods_per_app: float = 6.0
-    """Mean number of pods (replicas) per application; 1 = every pod its own application."""
     cpu_median_milli: float = 250.0
-    """Median CPU request, milli-cores (log-normal)."""
     cpu_sigma: float = 0.9
-    """Log-sd of the CPU request."""
     cpu_min_milli: int = 50
-    """Smallest CPU request, milli-cores."""
     cpu_max_milli: int = 4000
-    """Largest CPU request, milli-cores."""
+    mem_sigma: float = 0.5
+    mem_min_mib: int = 64
+    mem_max_mib: int = 16384
+    qos_weights: tuple[float, float, float, float] = (0.15, 0.55, 0.25, 0.05)
+    trace_hours: float = 72.0
+    lifetime_median_s: float = 3600.0
+    lifetime_sigma: float = 1.2
+
     mem_per_core_median_mib: float = 2048.0
     """Median memory per requested core, MiB (log-normal)."""
-    mem_sigma: float = 0.5
-    """Log-sd of the memory-per-core ratio."""
-    mem_min_mib: int = 64
-    """Smallest memory request, MiB."""
-    mem_max_mib: int = 16384
-    """Largest memory request, MiB."""
     disk_median_mbps: float = 5.0
     """Median per-pod disk-I/O demand, MB/s (log-normal)."""
     disk_sigma: float = 1.0
@@ -410,45 +488,24 @@ class WebProfile:
     """Median per-pod network demand, Mbit/s (log-normal)."""
     net_sigma: float = 1.0
     """Log-sd of the network demand."""
-    qos_weights: tuple[float, float, float, float] = (0.15, 0.55, 0.25, 0.05)
-    """Probabilities of QoS BE, Burstable, LS, Guaranteed."""
-    trace_hours: float = 72.0
-    """Span of the arrivals, hours."""
     diurnal_amplitude: float = 0.6
     """Relative amplitude A of the sinusoidal arrival rate, in [0, 1)."""
     diurnal_peak_hour: float = 14.0
     """Hour of day (from t = 0) at which the arrival rate peaks."""
     diurnal_period_hours: float = 24.0
     """Period of the arrival-rate cycle, hours."""
-    lifetime_median_s: float = 3600.0
-    """Median pod lifetime, seconds (log-normal)."""
-    lifetime_sigma: float = 1.2
-    """Log-sd of the lifetime."""
 
     name = "web"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         p = self.name
-        _check_range(p, "nodes_min", self.nodes_min, "nodes_max", self.nodes_max, minimum=1)
-        _check(len(self.node_shapes) > 0, p, "node_shapes is empty")
-        _check(all(c > 0 and m > 0 for c, m in self.node_shapes), p, "node shapes must be positive")
-        _check_weights(p, "node_shape_weights", self.node_shape_weights, len(self.node_shapes))
-        _check_weights(p, "qos_weights", self.qos_weights, len(QOS_CLASSES))
-        _check_range(p, "cpu_min_milli", self.cpu_min_milli, "cpu_max_milli", self.cpu_max_milli,
-                     minimum=CPU_STEP_MILLI)
-        _check_range(p, "mem_min_mib", self.mem_min_mib, "mem_max_mib", self.mem_max_mib,
-                     minimum=MEM_STEP_MIB)
-        _check(self.pods_per_app >= 1 and math.isfinite(self.pods_per_app), p,
-               f"pods_per_app must be >= 1, got {self.pods_per_app}")
-        _check_positive(p, pods_per_node=self.pods_per_node, cpu_median_milli=self.cpu_median_milli,
-                        mem_per_core_median_mib=self.mem_per_core_median_mib,
+        _check_positive(p, mem_per_core_median_mib=self.mem_per_core_median_mib,
                         disk_median_mbps=self.disk_median_mbps, net_median_mbps=self.net_median_mbps,
-                        node_disk_io_mbps=self.node_disk_io_mbps, node_net_mbps=self.node_net_mbps,
-                        trace_hours=self.trace_hours, diurnal_period_hours=self.diurnal_period_hours,
-                        lifetime_median_s=self.lifetime_median_s)
+                        diurnal_period_hours=self.diurnal_period_hours)
         _check(0 <= self.diurnal_amplitude < 1, p,
                f"diurnal_amplitude must be in [0, 1), got {self.diurnal_amplitude}")
-        for k in ("cpu_sigma", "mem_sigma", "disk_sigma", "net_sigma", "lifetime_sigma"):
+        for k in ("disk_sigma", "net_sigma"):
             _check(getattr(self, k) >= 0, p, f"{k} must be non-negative")
 
     def generate(self, seed: int, n_nodes: int | None = None,
@@ -477,14 +534,22 @@ class WebProfile:
         return nodes, pods
 
 
-@dataclass(frozen=True)
-class GpuProfile:
+@dataclass(frozen=True, kw_only=True)
+class GpuProfile(ClusterProfile):
     """GPU training cluster: multi-GPU jobs, GPU-sharing inference, long lifetimes."""
 
+    # Defaults of the shared fields (meanings on ClusterProfile).
     nodes_min: int = 30
-    """Smallest node count drawn when ``n_nodes`` is not given."""
     nodes_max: int = 100
-    """Largest node count drawn when ``n_nodes`` is not given."""
+    node_disk_io_mbps: float = 5000.0
+    node_net_mbps: float = 100000.0
+    pods_per_node: float = 8.0
+    pods_per_app: float = 2.0
+    qos_weights: tuple[float, float, float, float] = (0.1, 0.1, 0.6, 0.2)
+    trace_hours: float = 168.0  # homogeneous Poisson arrivals
+    lifetime_median_s: float = 6 * HOUR
+    lifetime_sigma: float = 1.0
+
     cpu_node_fraction: float = 0.1
     """Share of CPU-only nodes (rounded; at least one node has GPUs)."""
     cpu_node_shape: tuple[int, int] = (64, 256)
@@ -497,14 +562,6 @@ class GpuProfile:
     """GPU models of the cluster (one per GPU node)."""
     gpu_model_weights: tuple[float, ...] = (0.6, 0.4)
     """Probability that a GPU node carries each model."""
-    node_disk_io_mbps: float = 5000.0
-    """Disk-I/O capacity of every node, MB/s."""
-    node_net_mbps: float = 100000.0
-    """Network capacity of every node, Mbit/s."""
-    pods_per_node: float = 8.0
-    """Default number of pods per node."""
-    pods_per_app: float = 2.0
-    """Mean number of pods (replicas) per application; 1 = every pod its own application."""
     cpu_pod_fraction: float = 0.1
     """Probability that a pod is CPU-only (data loaders, controllers)."""
     share_fraction: float = 0.2
@@ -541,20 +598,12 @@ class GpuProfile:
     """Median network demand per GPU, Mbit/s (log-normal)."""
     io_sigma: float = 0.7
     """Log-sd of the disk and network demand."""
-    qos_weights: tuple[float, float, float, float] = (0.1, 0.1, 0.6, 0.2)
-    """Probabilities of QoS BE, Burstable, LS, Guaranteed."""
-    trace_hours: float = 168.0
-    """Span of the (homogeneous Poisson) arrivals, hours."""
-    lifetime_median_s: float = 6 * HOUR
-    """Median pod lifetime, seconds (log-normal)."""
-    lifetime_sigma: float = 1.0
-    """Log-sd of the lifetime."""
 
     name = "gpu"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         p = self.name
-        _check_range(p, "nodes_min", self.nodes_min, "nodes_max", self.nodes_max, minimum=1)
         _check_fraction(p, cpu_node_fraction=self.cpu_node_fraction, spec_fraction=self.spec_fraction,
                         cpu_pod_fraction=self.cpu_pod_fraction, share_fraction=self.share_fraction)
         _check(self.cpu_pod_fraction + self.share_fraction <= 1, p,
@@ -578,20 +627,15 @@ class GpuProfile:
         _check_range(p, "share_milli_min", self.share_milli_min, "share_milli_max",
                      self.share_milli_max, minimum=SHARE_STEP_MILLI)
         _check(self.share_milli_max < MILLI_PER_GPU, p, "share_milli_max must be below 1000")
-        _check_weights(p, "qos_weights", self.qos_weights, len(QOS_CLASSES))
-        _check(self.pods_per_app >= 1 and math.isfinite(self.pods_per_app), p,
-               f"pods_per_app must be >= 1, got {self.pods_per_app}")
-        _check_positive(p, pods_per_node=self.pods_per_node, cores_per_gpu_median=self.cores_per_gpu_median,
+        _check_positive(p, cores_per_gpu_median=self.cores_per_gpu_median,
                         mem_per_gpu_median_gib=self.mem_per_gpu_median_gib,
                         share_cpu_median_milli=self.share_cpu_median_milli,
                         share_mem_median_mib=self.share_mem_median_mib,
                         cpu_pod_cpu_median_milli=self.cpu_pod_cpu_median_milli,
                         cpu_pod_mem_median_mib=self.cpu_pod_mem_median_mib,
                         disk_per_gpu_median_mbps=self.disk_per_gpu_median_mbps,
-                        net_per_gpu_median_mbps=self.net_per_gpu_median_mbps,
-                        node_disk_io_mbps=self.node_disk_io_mbps, node_net_mbps=self.node_net_mbps,
-                        trace_hours=self.trace_hours, lifetime_median_s=self.lifetime_median_s)
-        for k in ("job_sigma", "small_sigma", "io_sigma", "lifetime_sigma"):
+                        net_per_gpu_median_mbps=self.net_per_gpu_median_mbps)
+        for k in ("job_sigma", "small_sigma", "io_sigma"):
             _check(getattr(self, k) >= 0, p, f"{k} must be non-negative")
 
     def generate(self, seed: int, n_nodes: int | None = None,
@@ -662,46 +706,37 @@ class GpuProfile:
         return nodes, pods
 
 
-@dataclass(frozen=True)
-class EdgeProfile:
+@dataclass(frozen=True, kw_only=True)
+class EdgeProfile(ShapedProfile):
     """Small edge cluster: small nodes and pods, bursty arrivals, high churn."""
 
+    # Defaults of the shared fields (meanings on ClusterProfile and ShapedProfile).
     nodes_min: int = 5
-    """Smallest node count drawn when ``n_nodes`` is not given."""
     nodes_max: int = 15
-    """Largest node count drawn when ``n_nodes`` is not given."""
     node_shapes: tuple[tuple[int, int], ...] = ((4, 8), (4, 16), (8, 16), (8, 32))
-    """Node shapes as (cores, memory GiB)."""
     node_shape_weights: tuple[float, ...] = (0.3, 0.3, 0.25, 0.15)
-    """Probability of each node shape."""
+    node_disk_io_mbps: float = 200.0
+    node_net_mbps: float = 1000.0
+    pods_per_node: float = 40.0
+    pods_per_app: float = 4.0
+    cpu_median_milli: float = 200.0
+    cpu_sigma: float = 0.7
+    cpu_min_milli: int = 50
+    cpu_max_milli: int = 2000
+    mem_sigma: float = 0.7
+    mem_min_mib: int = 64
+    mem_max_mib: int = 4096
+    qos_weights: tuple[float, float, float, float] = (0.5, 0.35, 0.15, 0.0)
+    trace_hours: float = 24.0
+    lifetime_median_s: float = 300.0
+    lifetime_sigma: float = 1.0
+
     gpu_node_fraction: float = 0.3
     """Probability that a node carries one small GPU."""
     gpu_model: str = "T4"
     """Model name of the edge GPUs."""
-    node_disk_io_mbps: float = 200.0
-    """Disk-I/O capacity of every node, MB/s."""
-    node_net_mbps: float = 1000.0
-    """Network capacity of every node, Mbit/s."""
-    pods_per_node: float = 40.0
-    """Default number of pods per node."""
-    pods_per_app: float = 4.0
-    """Mean number of pods (replicas) per application; 1 = every pod its own application."""
-    cpu_median_milli: float = 200.0
-    """Median CPU request, milli-cores (log-normal)."""
-    cpu_sigma: float = 0.7
-    """Log-sd of the CPU request."""
-    cpu_min_milli: int = 50
-    """Smallest CPU request, milli-cores."""
-    cpu_max_milli: int = 2000
-    """Largest CPU request, milli-cores."""
     mem_median_mib: float = 256.0
     """Median memory request, MiB (log-normal, independent of CPU)."""
-    mem_sigma: float = 0.7
-    """Log-sd of the memory request."""
-    mem_min_mib: int = 64
-    """Smallest memory request, MiB."""
-    mem_max_mib: int = 4096
-    """Largest memory request, MiB."""
     share_fraction: float = 0.1
     """Probability that a pod shares a GPU (only if the cluster has GPU nodes)."""
     share_milli_min: int = 100
@@ -714,52 +749,30 @@ class EdgeProfile:
     """Median per-pod network demand, Mbit/s (log-normal)."""
     io_sigma: float = 0.8
     """Log-sd of the disk and network demand."""
-    qos_weights: tuple[float, float, float, float] = (0.5, 0.35, 0.15, 0.0)
-    """Probabilities of QoS BE, Burstable, LS, Guaranteed."""
-    trace_hours: float = 24.0
-    """Span of the arrivals, hours."""
     burst_fraction: float = 0.7
     """Share of pods that arrive in bursts."""
     bursts_per_hour: float = 1.0
     """Mean number of bursts per hour of trace."""
     burst_spread_s: float = 60.0
     """Mean delay of a burst's pods after the burst start, seconds (exponential)."""
-    lifetime_median_s: float = 300.0
-    """Median pod lifetime, seconds (log-normal)."""
-    lifetime_sigma: float = 1.0
-    """Log-sd of the lifetime."""
 
     name = "edge"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         p = self.name
-        _check_range(p, "nodes_min", self.nodes_min, "nodes_max", self.nodes_max, minimum=1)
-        _check(len(self.node_shapes) > 0, p, "node_shapes is empty")
-        _check(all(c > 0 and m > 0 for c, m in self.node_shapes), p, "node shapes must be positive")
-        _check_weights(p, "node_shape_weights", self.node_shape_weights, len(self.node_shapes))
         _check_fraction(p, gpu_node_fraction=self.gpu_node_fraction, share_fraction=self.share_fraction,
                         burst_fraction=self.burst_fraction)
         _check(bool(self.gpu_model) and "|" not in self.gpu_model
                and self.gpu_model == self.gpu_model.strip(), p,
                "gpu_model must be a non-empty name without '|' or surrounding blanks")
-        _check_range(p, "cpu_min_milli", self.cpu_min_milli, "cpu_max_milli", self.cpu_max_milli,
-                     minimum=CPU_STEP_MILLI)
-        _check_range(p, "mem_min_mib", self.mem_min_mib, "mem_max_mib", self.mem_max_mib,
-                     minimum=MEM_STEP_MIB)
         _check_range(p, "share_milli_min", self.share_milli_min, "share_milli_max",
                      self.share_milli_max, minimum=SHARE_STEP_MILLI)
         _check(self.share_milli_max < MILLI_PER_GPU, p, "share_milli_max must be below 1000")
-        _check_weights(p, "qos_weights", self.qos_weights, len(QOS_CLASSES))
-        _check(self.pods_per_app >= 1 and math.isfinite(self.pods_per_app), p,
-               f"pods_per_app must be >= 1, got {self.pods_per_app}")
-        _check_positive(p, pods_per_node=self.pods_per_node, cpu_median_milli=self.cpu_median_milli,
-                        mem_median_mib=self.mem_median_mib, disk_median_mbps=self.disk_median_mbps,
-                        net_median_mbps=self.net_median_mbps, node_disk_io_mbps=self.node_disk_io_mbps,
-                        node_net_mbps=self.node_net_mbps, trace_hours=self.trace_hours,
-                        bursts_per_hour=self.bursts_per_hour, burst_spread_s=self.burst_spread_s,
-                        lifetime_median_s=self.lifetime_median_s)
-        for k in ("cpu_sigma", "mem_sigma", "io_sigma", "lifetime_sigma"):
-            _check(getattr(self, k) >= 0, p, f"{k} must be non-negative")
+        _check_positive(p, mem_median_mib=self.mem_median_mib, disk_median_mbps=self.disk_median_mbps,
+                        net_median_mbps=self.net_median_mbps, bursts_per_hour=self.bursts_per_hour,
+                        burst_spread_s=self.burst_spread_s)
+        _check(self.io_sigma >= 0, p, "io_sigma must be non-negative")
 
     def generate(self, seed: int, n_nodes: int | None = None,
                  n_pods: int | None = None) -> tuple[NodeTable, PodTable]:

@@ -56,10 +56,10 @@ SHIPPED = {LEARNED: "default.pt", LEARNED_TD3: "td3-replay.pt", LEARNED_ONLINE: 
 
 
 def default_policy_path(name: str = LEARNED) -> Path:
-    """A shipped checkpoint (agent/policies/default.pt for 'learned')."""
+    """A shipped checkpoint (common/data/policies/default.pt for 'learned')."""
     from importlib import resources
 
-    return Path(str(resources.files("fedsched.agent").joinpath("policies", SHIPPED[name])))
+    return Path(str(resources.files("fedsched.common").joinpath("data", "policies", SHIPPED[name])))
 
 
 def _checkpoint(name: str, ctx: SchedulerContext) -> Scheduler | None:
@@ -67,7 +67,7 @@ def _checkpoint(name: str, ctx: SchedulerContext) -> Scheduler | None:
     if name in SHIPPED:
         path = default_policy_path(name)
         if not path.exists():
-            raise ValueError(f"the shipped policy is missing ({path}); see agent/policies/README.md")
+            raise ValueError(f"the shipped policy is missing ({path}); see common/data/policies/README.md")
         from fedsched.common.learning.scorers import scheduler_from_checkpoint
 
         sched = scheduler_from_checkpoint(path, ctx)

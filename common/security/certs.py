@@ -1,10 +1,12 @@
 """A small certificate authority for the hub link's mutual TLS.
 
-Flower 1.42 has no mutual TLS (reference section 5): the hub's ingress (nginx
+Flower 1.42 has no mutual TLS (its SuperLink never asks for a client certificate and a SuperNode
+cannot present one): the hub's ingress (nginx
 ``ssl_verify_client on`` / ingress-nginx ``auth-tls-verify-client``) verifies client
 certificates against ``ca.crt`` and each member's sidecar (stunnel) presents its cluster's
 client certificate. The same CA can issue server certificates for a member's scheduler
-extender (kube-scheduler's ``tlsConfig`` certFile/keyFile/caFile, reference section 2).
+extender (kube-scheduler's extender ``tlsConfig`` certFile/keyFile/caFile: the scheduler's client
+certificate, so mutual TLS to the extender is native).
 
 Layout of a certificate directory::
 

@@ -1,4 +1,4 @@
-"""Packing mode: the published FGD protocol (reference section 4).
+"""Packing mode: the published FGD protocol (Weng et al., USENIX ATC'23, and its artefact).
 
 Workload (``packing_workload``), as the FGD artefact builds it: every pod of the pool in
 a seeded shuffle, then pods drawn uniformly *with replacement* from the pool and

@@ -6,7 +6,7 @@ No API server can run here, so the one addition to the container's arguments is
 ``--kubeconfig`` pointing at the tests' local server that speaks the Kubernetes list/watch API
 (``tests/k8s_api_stub_server.py``); everything else is the rendered manifest with its mount
 points, port and Service name mapped to a temporary directory and a loopback port
-(:class:`tests.charts.chart_support.Localizer`). kube-scheduler's side of the link is built
+(:class:`bench.harness.charts.Localizer`). kube-scheduler's side of the link is built
 from the chart's KubeSchedulerConfiguration (``tlsConfig`` files and ``serverName``,
 ``urlPrefix``): filter and prioritize go over that mutual TLS, and the ``/metrics`` they leave
 behind must name every metric the chart's Grafana dashboard queries.
@@ -27,27 +27,16 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from bench.harness.charts import AGENT, NAMESPACE, Localizer, documents, fullname, one, tls_secret
+from bench.harness.polling import wait_for
+from bench.harness.ports import free_port
+from bench.harness.serve import ServeProcess, serve_process
 from fedsched.common.security import certs
 from tests.agent.cluster.test_k8s_watch import write_kubeconfig
 from tests.agent.serving.test_scheduler_config import load_config
-from tests.charts.chart_support import (
-    AGENT,
-    NAMESPACE,
-    Localizer,
-    argv,
-    container,
-    dashboard_queries,
-    documents,
-    fullname,
-    one,
-    render_ci,
-    tls_secret,
-)
-from tests.extender_support import ServeProcess, serve_process
-from tests.flower_support import free_port
+from tests.charts.chart_support import argv, container, dashboard_queries, render_ci
 from tests.k8s_api_stub_server import KubeAPIStub
 from tests.paths import TEST_DATA
-from tests.prometheus_support import wait_for
 
 FULL = fullname(AGENT)
 SVC_HOST = f"{FULL}-extender.{NAMESPACE}.svc"

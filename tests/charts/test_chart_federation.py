@@ -7,7 +7,7 @@ and the agent chart's stunnel sidecar and SuperNode::
 Every process runs the command, arguments, environment and working directory of its rendered
 container, and nginx and stunnel the configs of the rendered ConfigMaps; only the in-pod mount
 points, ports and Service names are mapped to a temporary directory, free loopback ports and
-``localhost`` (:class:`tests.charts.chart_support.Localizer`). The certificates stand in for
+``localhost`` (:class:`bench.harness.charts.Localizer`). The certificates stand in for
 the Secrets (one CA, from ``fedsched certs``' code). The member key is registered by the hub
 chart's registration Job script, twice (it must be idempotent); the hub chart's ``helm test``
 script then checks the running hub. The member learns from a decision log on its PVC and
@@ -29,35 +29,31 @@ from typing import Any
 
 import pytest
 
-from fedsched.common.security import certs
-from fedsched.coordinator import chart_configs
-from tests.charts.chart_support import (
+from bench.harness.charts import (
     AGENT,
     HUB,
     NAMESPACE,
     Localizer,
-    argv,
-    container,
     documents,
     fullname,
     load_values,
-    merge,
     one,
-    render,
     tls_secret,
     write_secret,
 )
+from bench.harness.ports import free_port
+from bench.harness.processes import Procs, tail
+from fedsched.common.security import certs
+from fedsched.coordinator import chart_configs
+from tests.charts.chart_support import argv, container, merge, render
 from tests.flower_support import (
     FLOWER_ENV,
     HOST,
     NGINX,
     STUNNEL,
-    Procs,
     ec_auth_key,
-    free_port,
     missing_tools,
     run_federation,
-    tail,
     wait_online,
     wait_port,
     write_connection,

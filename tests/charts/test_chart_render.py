@@ -16,6 +16,18 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from bench.harness.charts import (
+    AGENT,
+    CHARTS,
+    HUB,
+    NAMESPACE,
+    RELEASE,
+    documents,
+    find,
+    fullname,
+    load_values,
+    one,
+)
 from fedsched.coordinator import chart_configs
 from tests.agent.serving.test_scheduler_config import (
     AGENT_BUDGET_S,
@@ -24,27 +36,17 @@ from tests.agent.serving.test_scheduler_config import (
     load_config,
 )
 from tests.charts.chart_support import (
-    AGENT,
-    CHARTS,
     CLUSTER_SCOPED,
-    HUB,
-    NAMESPACE,
-    RELEASE,
     WORKLOADS,
     argv,
     ci_cases,
     ci_files,
     container,
     containers,
-    documents,
-    find,
     flag,
-    fullname,
     helm,
-    load_values,
     merge,
     mounts,
-    one,
     pod_spec,
     render,
     render_ci,
@@ -58,6 +60,9 @@ AGENT_CASES = [f for c, f in CASES if c == AGENT]
 STANDARD_LABELS = ("helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance",
                    "app.kubernetes.io/version", "app.kubernetes.io/managed-by", "app.kubernetes.io/component")
 HUB_FULL, AGENT_FULL = fullname(HUB), fullname(AGENT)
+#: The recording rules the package ships; the agent chart's copy is a relative link to this file.
+RULES = REPO / "common" / "data" / "prometheus" / "recording-rules.yaml"
+CHART_RULES = CHARTS / AGENT / "files" / "recording-rules.yaml"
 
 
 def test_every_chart_has_the_ci_values_the_issue_names() -> None:
@@ -444,7 +449,7 @@ def test_scheduler_rbac_is_least_privilege(ci_file: str) -> None:
 
 @pytest.mark.parametrize("ci_file", AGENT_CASES)
 def test_the_extender_serves_mtls_with_the_policy_on_the_shared_pvc(ci_file: str) -> None:
-    from fedsched.agent.serving.serve_cli import OPTIONS
+    from fedsched.cli.serve import OPTIONS
 
     values = load_values(AGENT, ci_file)
     docs = agent_docs(ci_file)
@@ -535,7 +540,7 @@ def test_monitoring_objects() -> None:
     values = load_values(AGENT, "active-monitoring-values.yaml")["monitoring"]
     rule = one(docs, "PrometheusRule", f"{AGENT_FULL}-recording-rules")
     assert rule["metadata"]["labels"]["release"] == values["prometheusRule"]["additionalLabels"]["release"]
-    shipped = yaml.safe_load((REPO / "agent" / "prometheus" / "recording-rules.yaml").read_text())
+    shipped = yaml.safe_load(RULES.read_text())
     assert rule["spec"] == shipped
     sm = one(docs, "ServiceMonitor", AGENT_FULL)
     (ep,) = sm["spec"]["endpoints"]
@@ -571,6 +576,19 @@ def test_generated_chart_files_are_current() -> None:
     assert not stale, f"stale {stale}: run python -m fedsched.coordinator.chart_configs --charts charts"
 
 
+def test_the_chart_recording_rules_are_the_package_file() -> None:
+    """One file, two readers: the agent chart embeds the package's recording rules through a
+    relative symbolic link (a chart reads only files inside itself; Helm follows the link)."""
+    assert CHART_RULES.is_symlink(), f"{CHART_RULES} must be a link to {RULES} (core.symlinks off?)"
+    target = Path(CHART_RULES.readlink())
+    assert not target.is_absolute(), target
+    assert CHART_RULES.resolve() == RULES.resolve()
+    from importlib import resources
+
+    packaged = resources.files("fedsched.common").joinpath("data", "prometheus", "recording-rules.yaml")
+    assert packaged.read_bytes() == CHART_RULES.read_bytes()
+
+
 def pip_steps(text: str) -> list[list[str]]:
     """Every ``python -m pip install ...`` command of a shell script or Dockerfile, as argv."""
     joined = text.replace("\\\n", " ")
@@ -586,3 +604,14 @@ def test_dockerfile_installs_as_setup_sh_does() -> None:
     assert "python -m venv" in text and "torch==2.13.0" in text
     assert re.search(r"^USER 10001:10001$", text, re.M)
     assert re.search(r"^FROM python:3\.11[\w.-]*-slim", text, re.M) and ":latest" not in text
+
+
+def test_dockerfile_copies_every_package_folder() -> None:
+    """The image installs the project from the folders it copies: each top-level package folder
+    of pyproject.toml's ``package-dir`` (common, agent, coordinator, cli, ...) is among them."""
+    import tomllib
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = set(setuptools["package-dir"].values())
+    copied = set(re.findall(r"^COPY (\S+) \1$", (REPO / "Dockerfile").read_text(), re.M))
+    assert folders <= copied, f"the Dockerfile does not copy {sorted(folders - copied)}"

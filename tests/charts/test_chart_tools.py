@@ -19,20 +19,14 @@ from typing import Any
 import pytest
 import yaml
 
+from bench.harness.charts import AGENT, HUB, NAMESPACE, Localizer, documents, fullname, one
 from fedsched.common.security import certs
 from fedsched.coordinator import chart_configs
 from tests.charts.chart_support import (
-    AGENT,
     CRD_KINDS,
-    HUB,
-    NAMESPACE,
-    Localizer,
     checkov_bin,
     ci_files,
     dashboard_queries,
-    documents,
-    fullname,
-    one,
     promtool_bin,
     render_ci,
 )

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.ports import free_port
+from bench.harness.processes import Procs, tail
 from fedsched.common.security import certs
 from fedsched.coordinator.mtls import nginx_conf, stunnel_conf
 from tests.flower_support import (
@@ -32,12 +34,9 @@ from tests.flower_support import (
     HOST,
     NGINX,
     STUNNEL,
-    Procs,
     ec_auth_key,
     flwr,
-    free_port,
     missing_tools,
-    tail,
     wait_port,
     write_connection,
 )

@@ -29,7 +29,7 @@ from fedsched.coordinator.strategies import (
 
 @pytest.fixture(autouse=True)
 def _task_identity():
-    # Building Messages outside a Flower runtime needs an identity (reference section 5).
+    # Building Messages outside a Flower runtime needs flwr's TaskIdentity (run, node and task ids).
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
     yield
 

@@ -3,11 +3,12 @@
 Each module's docstring describes its part of the model; every default is a
 :class:`ReplayConfig` field.
 
-``config``: :class:`ReplayConfig`, every knob of replay mode with its ``validate()``, and
-the code constants shared by the other modules: pod status (``NOT_ARRIVED``, ``PENDING``,
-``RUNNING``, ``COMPLETED``, ``FAILED``), node status (``NODE_UP``, ``NODE_FAILED``,
-``NODE_REMOVED``, ``NODE_BOOTING``) and the queued event kinds (``EV_*``); also how the
-run's randomness is split into independent generators.
+``config``: :class:`ReplayConfig`, every knob of replay mode with its ``validate()``,
+:class:`NodeStats` (per-node side information, written by the usage model, churn and the
+event loop), and the code constants shared by the other modules: pod status
+(``NOT_ARRIVED``, ``PENDING``, ``RUNNING``, ``COMPLETED``, ``FAILED``), node status
+(``NODE_UP``, ``NODE_FAILED``, ``NODE_REMOVED``, ``NODE_BOOTING``) and the queued event
+kinds (``EV_*``); also how the run's randomness is split into independent generators.
 
 ``workload``: :class:`ReplayWorkload` and :func:`replay_workload`, which trace pods are
 replayed, their arrival times and durations (time compression, jitter, the
@@ -18,26 +19,28 @@ the pods of one application, calibrated by QoS class against published productio
 statistics, :func:`usage_targets`; a daily cycle per class; minute-scale noise; limits and
 the best-effort idle-capacity cap; :data:`BEST_EFFORT`, :data:`GUARANTEED`,
 ``INNOVATION_TABLE_MIN``), OOM kills and overload transitions at each usage tick;
-``UsageMixin``, a base class of the simulator.
+:class:`UsageModel`, an object the simulator owns (``sim.usage``) and calls.
 
 ``churn``: node failures and repairs and the autoscaler (spare pool, scale-up,
-scale-down); ``ChurnMixin``, a base class of the simulator.
+scale-down); :class:`NodeChurn`, an object the simulator owns (``sim.churn``) and calls.
 
 ``simulator``: :class:`ReplaySimulator`, the event loop (pending queue with backoff,
 start-up latency, departures, per-tick metrics) with its stepping API
-(``next_pod`` / ``bind`` / ``finish``), :class:`NodeStats` (per-node side information),
-:class:`ReplayResult` and :func:`run_replay` (one run of a scheduler); its read-only
-``expected_use`` / ``expected_node_use`` expose the hidden usage levels.
+(``next_pod`` / ``bind`` / ``finish``), :class:`ReplayResult` and :func:`run_replay` (one
+run of a scheduler); its read-only ``expected_use`` / ``expected_node_use`` expose the
+hidden usage levels.
 
 ``oracle``: a reference point that cheats: it reads those hidden levels (what no real
 scheduler knows) to show how much room a learned policy has; never a baseline.
 
 Inside the sub-package ``config`` comes first, ``workload``, ``usage`` and ``churn`` use
-it, and ``simulator`` uses them all. May import: ``fedsched.common.model``,
-``fedsched.common.schedulers`` and ``fedsched.common.learning.features`` (for
-``Telemetry``).
+it (and not one another), ``simulator`` uses them all, and ``oracle`` only ``simulator``'s
+public accessors; no module imports one later in this order. May import:
+``fedsched.common.model``, ``fedsched.common.schedulers`` and
+``fedsched.common.learning.features`` (for ``Telemetry``).
 """
 
+from fedsched.common.sim.replay.churn import NodeChurn
 from fedsched.common.sim.replay.config import (
     COMPLETED,
     EV_ATTEMPT,
@@ -55,10 +58,17 @@ from fedsched.common.sim.replay.config import (
     NOT_ARRIVED,
     PENDING,
     RUNNING,
+    NodeStats,
     ReplayConfig,
 )
-from fedsched.common.sim.replay.simulator import NodeStats, ReplayResult, ReplaySimulator, run_replay
-from fedsched.common.sim.replay.usage import BEST_EFFORT, GUARANTEED, INNOVATION_TABLE_MIN, usage_targets
+from fedsched.common.sim.replay.simulator import ReplayResult, ReplaySimulator, run_replay
+from fedsched.common.sim.replay.usage import (
+    BEST_EFFORT,
+    GUARANTEED,
+    INNOVATION_TABLE_MIN,
+    UsageModel,
+    usage_targets,
+)
 from fedsched.common.sim.replay.workload import ReplayWorkload, replay_workload
 
 __all__ = [
@@ -81,11 +91,13 @@ __all__ = [
     "NOT_ARRIVED",
     "PENDING",
     "RUNNING",
+    "NodeChurn",
     "NodeStats",
     "ReplayConfig",
     "ReplayResult",
     "ReplaySimulator",
     "ReplayWorkload",
+    "UsageModel",
     "replay_workload",
     "run_replay",
     "usage_targets",

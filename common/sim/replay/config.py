@@ -7,7 +7,8 @@ the knobs drive are described where they are implemented: ``workload`` (arrivals
 durations), ``usage`` (real use, overload and OOM), ``churn`` (node failures and the
 autoscaler) and ``simulator`` (queue, start-up, metrics, stepping API). Also here: the code
 constants shared by those modules, pod status (``sim.status``), node status
-(``NodeStats.status``) and the kinds of queued events.
+(``NodeStats.status``) and the kinds of queued events, and :class:`NodeStats`, the per-node
+side information that the usage model, node churn and the event loop all write.
 
 **Randomness.** One ``SeedSequence(seed)`` spawns independent generators for the
 workload noise and per-pod usage parameters, the usage noise, start-up latencies, node
@@ -20,12 +21,43 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 # Pod status codes (sim.status); every arrived pod is in exactly one of the last four.
 NOT_ARRIVED, PENDING, RUNNING, COMPLETED, FAILED = 0, 1, 2, 3, 4
 # Node status codes (NodeStats.status).
 NODE_UP, NODE_FAILED, NODE_REMOVED, NODE_BOOTING = 0, 1, 2, 3
 # Queued event kinds; trace arrivals are a separate pre-sorted stream merged with the heap.
 EV_ATTEMPT, EV_START, EV_DEPART, EV_TICK, EV_FAIL, EV_REPAIR, EV_BOOT = range(7)
+
+
+@dataclass
+class NodeStats:
+    """Per-node side information for observations (index = node id).
+
+    The usage model writes the overload, OOM and trend fields, node churn the status, failure
+    and ``empty_since`` fields, the event loop ``n_pods`` (and ``empty_since`` when a node empties).
+    """
+
+    status: np.ndarray  # int8 NODE_UP / NODE_FAILED / NODE_REMOVED / NODE_BOOTING
+    n_pods: np.ndarray  # int64 pods bound (starting or running)
+    cpu_trend: np.ndarray  # float64 EMA of d(cpu_used)/dt, milli-CPU per second
+    mem_trend: np.ndarray  # float64 EMA of d(mem_used)/dt, MiB per second
+    overloaded: np.ndarray  # bool, real CPU above the threshold at the last tick
+    overload_count: np.ndarray  # int64 transitions into overload
+    oom_count: np.ndarray  # int64 OOM kills on the node
+    failure_count: np.ndarray  # int64 failures of the node
+    empty_since: np.ndarray  # float64 time the node last became empty (autoscaler)
+
+    @classmethod
+    def zeros(cls, n_nodes: int) -> NodeStats:
+        """Every node up, empty since time 0, no counts."""
+        return cls(status=np.zeros(n_nodes, dtype=np.int8), n_pods=np.zeros(n_nodes, dtype=np.int64),
+                   cpu_trend=np.zeros(n_nodes), mem_trend=np.zeros(n_nodes),
+                   overloaded=np.zeros(n_nodes, dtype=bool),
+                   overload_count=np.zeros(n_nodes, dtype=np.int64),
+                   oom_count=np.zeros(n_nodes, dtype=np.int64),
+                   failure_count=np.zeros(n_nodes, dtype=np.int64), empty_since=np.zeros(n_nodes))
 
 
 @dataclass

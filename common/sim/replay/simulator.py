@@ -1,8 +1,12 @@
 """Replay mode: a discrete-event simulation of a trace with arrivals, departures and churn.
 
-:class:`ReplaySimulator` is the event loop; it draws the workload (``workload``) and
-inherits the usage model (``usage``) and node churn (``churn``); its knobs are
-:class:`ReplayConfig` (``config``).
+:class:`ReplaySimulator` is the event loop; it draws the workload (``workload``) and owns
+two collaborators it calls: the usage model (``sim.usage``, a
+:class:`~fedsched.common.sim.replay.usage.UsageModel`: real use, OOM kills, overload) and
+node churn (``sim.churn``, a :class:`~fedsched.common.sim.replay.churn.NodeChurn`: failures,
+repairs, the autoscaler). It owns the pods (queue, bindings, start-up, departures) and the
+event queue; the collaborators own their state and return what the loop must queue. Its
+knobs are :class:`ReplayConfig` (``config``).
 
 **Queue** (kube-scheduler-like). An arriving pod is tried at once. A pod that fits
 nowhere (``Placement.node == -1``) is retried after an exponential backoff
@@ -45,6 +49,10 @@ with a scheduler through :func:`fedsched.common.schedulers.place`.
 parameters and :meth:`ReplaySimulator.expected_node_use` each node's true expected load (the
 sum over its bound pods); the oracle (``oracle``) reads them, and :func:`run_replay` hands the
 simulator to a scheduler that has an ``attach_simulator`` method.
+
+May import: ``fedsched.common.model``, ``fedsched.common.schedulers``,
+``fedsched.common.learning.features`` (``Telemetry``) and the other modules of this
+sub-package but ``oracle``.
 """
 
 from __future__ import annotations
@@ -64,7 +72,7 @@ from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.load_metrics import LoadMetrics, LoadMetricsConfig, UsageWindow, oom_and_pending
 from fedsched.common.model.metrics import METRICS, FragTracker, latency_stats, snapshot_metrics, utilisation
 from fedsched.common.schedulers import Placement, Scheduler, place
-from fedsched.common.sim.replay.churn import ChurnMixin
+from fedsched.common.sim.replay.churn import NodeChurn
 from fedsched.common.sim.replay.config import (
     COMPLETED,
     EV_ATTEMPT,
@@ -78,25 +86,11 @@ from fedsched.common.sim.replay.config import (
     NOT_ARRIVED,
     PENDING,
     RUNNING,
+    NodeStats,
     ReplayConfig,
 )
-from fedsched.common.sim.replay.usage import _BASE, _CUR, _MAX, UsageMixin
+from fedsched.common.sim.replay.usage import UsageModel
 from fedsched.common.sim.replay.workload import ReplayWorkload, replay_workload
-
-
-@dataclass
-class NodeStats:
-    """Per-node side information for observations (index = node id)."""
-
-    status: np.ndarray  # int8 NODE_UP / NODE_FAILED / NODE_REMOVED / NODE_BOOTING
-    n_pods: np.ndarray  # int64 pods bound (starting or running)
-    cpu_trend: np.ndarray  # float64 EMA of d(cpu_used)/dt, milli-CPU per second
-    mem_trend: np.ndarray  # float64 EMA of d(mem_used)/dt, MiB per second
-    overloaded: np.ndarray  # bool, real CPU above the threshold at the last tick
-    overload_count: np.ndarray  # int64 transitions into overload
-    oom_count: np.ndarray  # int64 OOM kills on the node
-    failure_count: np.ndarray  # int64 failures of the node
-    empty_since: np.ndarray  # float64 time the node last became empty (autoscaler)
 
 
 @dataclass
@@ -112,12 +106,13 @@ class ReplayResult:
     latencies: np.ndarray = field(default_factory=lambda: np.zeros(0))  # arrival-to-bind per bind
 
 
-class ReplaySimulator(UsageMixin, ChurnMixin):
+class ReplaySimulator:
     """The replay event loop, driven one scheduling decision at a time.
 
     ``while (d := sim.next_pod()) is not None: sim.bind(decide(*d))`` then
     ``sim.finish()``. ``sim.rng`` is the generator for the scheduler's tie-breaks. The
-    usage model and node churn are its base classes (``usage``, ``churn``).
+    usage model is ``sim.usage`` (:class:`UsageModel`) and node churn ``sim.churn``
+    (:class:`NodeChurn`), built here and called by the loop.
     """
 
     def __init__(self, nodes: NodeTable, pods: PodTable, *, config: ReplayConfig | None = None,
@@ -129,22 +124,20 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         g_work, g_usage, g_start, g_fail, g_sched = (
             np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(5))
         self.rng = g_sched
-        self._g_usage, self._g_start, self._g_fail = g_usage, g_start, g_fail
+        self._g_start = g_start
         self.workload = wl = replay_workload(pods, nodes, cfg, g_work)
         self.end = wl.end
         self.state = ClusterState(nodes, use_source=USE_MEASURED)  # the usage model measures every node
         n_nodes, n_pods = len(nodes), len(pods)
-        self.node_stats = NodeStats(
-            status=np.zeros(n_nodes, dtype=np.int8), n_pods=np.zeros(n_nodes, dtype=np.int64),
-            cpu_trend=np.zeros(n_nodes), mem_trend=np.zeros(n_nodes),
-            overloaded=np.zeros(n_nodes, dtype=bool), overload_count=np.zeros(n_nodes, dtype=np.int64),
-            oom_count=np.zeros(n_nodes, dtype=np.int64), failure_count=np.zeros(n_nodes, dtype=np.int64),
-            empty_since=np.zeros(n_nodes))
+        ns = self.node_stats = NodeStats.zeros(n_nodes)
+        # Usage parameters for every pod (drawn up front from g_work, after the workload:
+        # independent of the scheduler); the noise from g_usage.
+        self.usage = UsageModel(cfg, nodes, pods, self.state, ns, g_work, g_usage)
+        self._inv_cap100 = 100.0 / self.usage.cap_cpu
         # What a scorer may see beyond requests, shared with the feature builder through the
         # state (the arrays are node_stats' own, updated in place).
-        ns = self.node_stats
         self._telemetry = Telemetry(ns.cpu_trend, ns.mem_trend, ns.overloaded, ns.overload_count,
-                                    ns.oom_count, app_usage=self.app_usage, peak_fn=self._peaks)
+                                    ns.oom_count, app_usage=self.usage.app_usage, peak_fn=self._peaks)
         self._peak: tuple[np.ndarray, np.ndarray] | None = None
         self.state.telemetry = self._telemetry
         self._node_pods: list[set[int]] = [set() for _ in range(n_nodes)]
@@ -172,10 +165,6 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         for k, p in enumerate(wl.pod.tolist()):
             self._remaining[p] = float(wl.duration[k])
         self._pod_cache: list[Pod | None] = [None] * n_pods
-
-        # Usage parameters for every pod (drawn up front: independent of the scheduler).
-        self._init_usage(pods, g_work)
-        self._inv_cap100 = 100.0 / self._cap_cpu
 
         # Event machinery.
         self._heap: list[tuple[float, int, int, int, int]] = []
@@ -205,7 +194,9 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         self._wall0 = time.perf_counter()
 
         self._push(cfg.usage_tick_s, EV_TICK, 0, 0)
-        self._init_churn()  # spare pool, first failure
+        self.churn = NodeChurn(cfg, nodes, pods, self.state, ns, g_fail)  # removes the spare pool
+        if self.churn.fail_rate > 0:
+            self._push(self.churn.next_failure(self.now), EV_FAIL, 0, 0)
 
     # ---- public stepping API -------------------------------------------------------
     def next_pod(self, skip_infeasible: bool = False) -> tuple[Pod, ClusterState] | None:
@@ -306,7 +297,17 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
 
     def oom_kills_of(self, pod: int) -> int:
         """OOM kills of pod ``pod`` (PodTable row) so far."""
-        return self._oom_kills[pod]
+        return self.usage.oom_kills[pod]
+
+    def running_use(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(pod rows, CPU milli, memory MiB)`` of the running pods now: what per-pod container
+        metrics would show (copies; :meth:`UsageModel.running_use`)."""
+        return self.usage.running_use()
+
+    def app_usage(self, app: int) -> tuple[float, float] | None:
+        """Observed (CPU, memory) use / non-zero request of application ``app``'s running pods,
+        None when none runs (``Telemetry.app_usage``; :meth:`UsageModel.app_usage`)."""
+        return self.usage.app_usage(app)
 
     def bind(self, placement: Placement) -> None:
         """Apply the decision for the pod last returned by :meth:`next_pod`.
@@ -347,7 +348,7 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         """The hidden mean real use of PodTable ``rows``: ``(cpu_milli, mem_mib)``, float64
         arrays of ``len(rows)`` (a scalar row gives length-1 arrays).
 
-        Contract: the usage model's level of each pod (``usage``'s ``_pf[_BASE]`` and
+        Contract: the usage model's level of each pod (``sim.usage``'s ``_pf[_BASE]`` and
         ``_pf[_BASE + 1]``: the level its use varies around, before the cycle and the noise),
         capped at the pod's limit (``_pf[_MAX]``, ``_pf[_MAX + 1]``; no cap where the model has
         none), i.e. the pod's long-run mean use on an uncontended node up to the clipping of
@@ -359,11 +360,7 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         (``fedsched.common.sim.replay.oracle``) and tests, never for a baseline or a learned
         policy's features. The arrays are copies.
         """
-        idx = np.atleast_1d(np.asarray(rows, dtype=np.int64))
-        pf = self._pf
-        cpu = np.minimum(pf[_BASE, idx], pf[_MAX, idx])
-        mem = np.minimum(pf[_BASE + 1, idx], pf[_MAX + 1, idx])
-        return cpu, mem
+        return self.usage.expected_use(rows)
 
     def expected_node_use(self) -> tuple[np.ndarray, np.ndarray]:
         """Per node, the sum of :meth:`expected_use` over the pods bound to it now (starting or
@@ -443,7 +440,7 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
 
     def _start(self, p: int) -> None:
         """A bound pod starts running: its usage, then its duration clock."""
-        self._start_usage(p)
+        self.usage.start(p, self._node[p], self.now)
         self.counters["starts"] += 1
         self._start_t[p] = self.now
         rem = self._remaining[p]
@@ -454,7 +451,7 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         """Free a bound pod's resources (completion, eviction, OOM kill)."""
         n = self._node[p]
         finite = self._remaining[p] < math.inf
-        if self._stop_usage(p):  # it was running: keep the work done so far
+        if self.usage.stop(p, n):  # it was running: keep the work done so far
             self._remaining[p] = max(self._remaining[p] - (self.now - self._start_t[p]), 0.0)
         self.state.release(n, self._pod_cache[p], self._gpus[p])
         self._frag_dirty.add(n)
@@ -486,11 +483,43 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         self._fail_epoch[p] = -1
         self._push(self.now + delay, EV_ATTEMPT, p, self._gen[p])
 
+    # ---- node churn (sim.churn decides, the loop evicts and queues) ----------------------
+    def _fail_event(self) -> None:
+        """``EV_FAIL``: the struck node (if up) loses its pods and fails; the next failure is queued."""
+        churn = self.churn
+        n = churn.strike()
+        if n >= 0:
+            self._evict_node(n)
+            self.counters["node_failures"] += 1
+            self._push(churn.fail(n, self.now), EV_REPAIR, n, 0)
+        self._push(churn.next_failure(self.now), EV_FAIL, 0, 0)
+
+    def _evict_node(self, n: int) -> None:
+        for p in sorted(self._node_pods[n]):
+            self._requeue(p)
+            self.counters["evictions"] += 1
+
+    def _node_up(self, n: int, kind: int) -> None:
+        """``EV_REPAIR`` / ``EV_BOOT``: node ``n`` is up; capacity grew."""
+        self.churn.node_up(n, self.now)
+        self._epoch += 1
+        self.counters["node_repairs" if kind == EV_REPAIR else "scale_ups"] += 1
+
+    def _autoscale(self) -> None:
+        boot, removed = self.churn.autoscale(self.now, self._pending, self._pod_cache)
+        if boot >= 0:
+            self._push(self.now + self.config.node_boot_s, EV_BOOT, boot, 0)
+        self.counters["scale_downs"] += removed
+
+    # ---- usage ticks ---------------------------------------------------------------------
     def _tick(self) -> None:
-        """A usage tick: usage, OOM and overload (``usage``), autoscaler, the series, next tick."""
+        """A usage tick: usage, OOM and overload (``sim.usage``), autoscaler, the series, next tick."""
         cfg = self.config
-        self.counters["usage_ticks"] += 1
-        self._step_usage()
+        counters = self.counters
+        counters["usage_ticks"] += 1
+        oom, overload = self.usage.step(self.now, self._requeue)  # an OOM-killed pod is requeued
+        counters["oom_events"] += oom
+        counters["overload_events"] += overload
         if cfg.autoscale:
             self._autoscale()
         self._measure(cfg.usage_tick_s)
@@ -508,16 +537,13 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         if self._frag_dirty and self._frag.model is not None:
             self._frag.update_nodes(np.fromiter(self._frag_dirty, dtype=np.int64))
         self._frag_dirty.clear()
-        k = self._n_active
-        nodes, cpu = self._s_node[:k], self._sf[_CUR, :k]
-        pods = np.bincount(nodes, minlength=n)
-        max_pod = np.zeros(n)
-        np.maximum.at(max_pod, nodes, cpu)
+        usage = self.usage
+        pods, max_pod = usage.running_per_node()
         frag = self._frag.total if self._frag.model is not None else None
         use = self._use
-        np.divide(s.cpu_used, self._cap_cpu, out=use[0])
-        np.divide(s.mem_used, self._cap_mem, out=use[1])
-        self.load_metrics.tick(s, dt, self._cpu_demand, pods, max_pod, frag, use=use)
+        np.divide(s.cpu_used, usage.cap_cpu, out=use[0])
+        np.divide(s.mem_used, usage.cap_mem, out=use[1])
+        self.load_metrics.tick(s, dt, usage.cpu_demand, pods, max_pod, frag, use=use)
         tel = self._telemetry
         tel.cpu_mean, tel.mem_mean = self._stats.add(dt, use)
         tel.cpu_std, tel.mem_std = self._stats.std()
@@ -565,7 +591,7 @@ class ReplaySimulator(UsageMixin, ChurnMixin):
         m.update(self.load_metrics.result())
         waiting = np.array([self.now - self._enq[p] for p in self._pending])
         m.update(oom_and_pending(self.counters["starts"], self.counters["oom_events"],
-                                 sum(1 for k in self._oom_kills if k > 0), lat, waiting,
+                                 sum(1 for k in self.usage.oom_kills if k > 0), lat, waiting,
                                  self.config.sla_s))
         m["offered_load_pct"] = 100.0 * self.workload.offered_load
         metrics = {k: float(m[k]) for k in METRICS}

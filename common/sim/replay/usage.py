@@ -128,18 +128,24 @@ OOM counters, the overload flag and the usage trend: an exponential moving avera
 (weight ``trend_alpha``) of the per-tick change of ``cpu_used`` / ``mem_used`` in units
 per second.
 
-The code is :class:`UsageMixin`, a base class of
-:class:`~fedsched.common.sim.replay.simulator.ReplaySimulator` whose methods the event
-loop calls: ``_init_usage`` at construction (draws every pod's usage parameters),
-``_start_usage`` when a pod starts running, ``_stop_usage`` when it is released, and
-``_step_usage`` at each usage tick (AR(1) noise, OOM kills, overload transitions, trend).
-``sim._pf[_BASE]`` / ``sim._pf[_BASE + 1]`` hold every pod's mean CPU / memory level
-(``base_r`` above, before limits).
+The code is :class:`UsageModel`, an object the simulator
+(:class:`~fedsched.common.sim.replay.simulator.ReplaySimulator`) builds once per run and
+calls: the constructor draws every pod's usage parameters, :meth:`UsageModel.start` when a
+pod starts running, :meth:`UsageModel.stop` when it is released, and
+:meth:`UsageModel.step` at each usage tick (AR(1) noise, OOM kills, overload transitions,
+trend). It writes real use into the cluster state (``state.cpu_used`` / ``mem_used``) and
+the overload, OOM and trend fields of :class:`~fedsched.common.sim.replay.config.NodeStats`;
+an OOM kill is handed back to the simulator (``step``'s ``kill``), which releases and
+requeues the pod. ``_pf[_BASE]`` / ``_pf[_BASE + 1]`` hold every pod's mean CPU / memory
+level (``base_r`` above, before limits).
+
+May import: ``fedsched.common.model`` and ``config`` of this sub-package (never ``simulator``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -148,8 +154,7 @@ from fedsched.common.model.cluster import DEFAULT_MEMORY_REQUEST_MIB, DEFAULT_MI
 
 if TYPE_CHECKING:
     from fedsched.common.model.cluster import ClusterState, NodeTable, PodTable
-    from fedsched.common.sim.replay.config import ReplayConfig
-    from fedsched.common.sim.replay.simulator import NodeStats
+    from fedsched.common.sim.replay.config import NodeStats, ReplayConfig
 
 BEST_EFFORT = 0  # QoS code whose CPU use is capped at its node's idle CPU
 GUARANTEED = 3  # limit == request by default
@@ -208,43 +213,41 @@ def usage_targets(config: ReplayConfig) -> dict[str, np.ndarray]:
     return out
 
 
-class UsageMixin:
-    """The usage model of :class:`ReplaySimulator` (see the module docstring).
+class UsageModel:
+    """The usage model of one replay run (see the module docstring).
 
-    Owns the float capacities ``_cap_cpu`` / ``_cap_mem``, the per-node CPU demand
-    ``_cpu_demand`` and previous use ``_prev_cpu`` / ``_prev_mem`` (trend), every pod's
-    usage parameters ``_pf`` (rows ``_BASE`` mean level, ``_AMP`` daily amplitude x level,
-    ``_MAX`` limit, ``_EPS`` AR(1) state, ``_CUR`` current use, CPU then memory; ``_CLS`` QoS
-    class, ``_BEF`` 1 for a BE pod under the idle cap), the packed parameters of the running
-    pods ``_sf`` (slot = column, with ``_s_pod`` / ``_s_node`` / ``_s_cls``, ``_slot`` per
-    pod, ``_n_active`` slots used, ``_n_be`` of them capped BE pods), the class cycles'
-    ``_omega`` / ``_phase``, the AR(1) factor ``_rho`` and innovation table ``_innov``, and
-    the per-pod QoS codes ``_qos`` and OOM kill counts ``_oom_kills``. Uses the simulator's
-    attributes annotated below and its ``_requeue`` (an OOM-killed pod goes back to the queue).
+    Inputs, fixed at construction: the run's ``config``, ``nodes`` and ``pods``, the cluster
+    ``state`` whose ``cpu_used`` / ``mem_used`` it keeps current, the ``node_stats`` whose
+    overload, OOM and trend fields it writes, the workload generator ``g_work`` (every pod's
+    levels, drawn here: the same for every scheduler of one seed) and the usage generator
+    ``g_usage`` (the noise).
+
+    Public state read by the simulator: the float capacities ``cap_cpu`` / ``cap_mem``, the
+    per-node CPU demand ``cpu_demand`` (before throttling; replaced at each tick) and the
+    per-pod OOM kill counts ``oom_kills``. Private: the previous use ``_prev_cpu`` /
+    ``_prev_mem`` (trend), every pod's usage parameters ``_pf`` (rows ``_BASE`` mean level,
+    ``_AMP`` daily amplitude x level, ``_MAX`` limit, ``_EPS`` AR(1) state, ``_CUR`` current
+    use, CPU then memory; ``_CLS`` QoS class, ``_BEF`` 1 for a BE pod under the idle cap), the
+    packed parameters of the running pods ``_sf`` (slot = column, with ``_s_pod`` /
+    ``_s_node`` / ``_s_cls``, ``_slot`` per pod, ``_n_active`` slots used, ``_n_be`` of them
+    capped BE pods), each pod's last start time ``_started``, the class cycles' ``_omega`` /
+    ``_phase``, the AR(1) factor ``_rho`` and innovation table ``_innov``, and the per-pod QoS
+    codes ``_qos``.
     """
 
-    config: ReplayConfig
-    nodes: NodeTable
-    state: ClusterState
-    node_stats: NodeStats
-    counters: dict[str, int]
-    now: float
-    _g_usage: np.random.Generator
-    _node: list[int]  # node of each bound pod, -1 when not bound
-    _node_pods: list[set[int]]  # the pods bound to each node
-    _start_t: list[float]  # when each pod last started running
-
-    def _init_usage(self, pods: PodTable, g_work: np.random.Generator) -> None:
-        """Draw every pod's usage parameters (``g_work``) and the innovation table (``_g_usage``)."""
-        cfg, nodes = self.config, self.nodes
+    def __init__(self, config: ReplayConfig, nodes: NodeTable, pods: PodTable, state: ClusterState,
+                 node_stats: NodeStats, g_work: np.random.Generator, g_usage: np.random.Generator) -> None:
+        cfg = self.config = config
+        self.state, self.node_stats, self._g_usage = state, node_stats, g_usage
         n_nodes, n_pods = len(nodes), len(pods)
-        self._cap_cpu = nodes.cpu.astype(np.float64)
-        self._cap_mem = nodes.mem.astype(np.float64)
-        self._cpu_demand = np.zeros(n_nodes)
+        self.cap_cpu = nodes.cpu.astype(np.float64)
+        self.cap_mem = nodes.mem.astype(np.float64)
+        self.cpu_demand = np.zeros(n_nodes)
         self._prev_cpu = np.zeros(n_nodes)
         self._prev_mem = np.zeros(n_nodes)
-        self._oom_kills = [0] * n_pods
+        self.oom_kills = [0] * n_pods
         self._qos = pods.qos.tolist()
+        self._started = [math.nan] * n_pods
 
         # Usage parameters for every pod (drawn up front: independent of the scheduler).
         qos = np.clip(pods.qos, 0, N_QOS - 1)
@@ -299,7 +302,7 @@ class UsageMixin:
         # pre-drawn table (drawing fresh normals for every running pod per tick is slow).
         self._rho = math.exp(-cfg.usage_tick_s / cfg.usage_noise_tau_s)
         m = max(INNOVATION_TABLE_MIN, 2 * n_pods)
-        self._innov = self._g_usage.standard_normal((2, m)) * (math.sqrt(1.0 - self._rho ** 2) * np.array(
+        self._innov = g_usage.standard_normal((2, m)) * (math.sqrt(1.0 - self._rho ** 2) * np.array(
             [[cfg.usage_noise_cpu], [cfg.usage_noise_mem]]))
         self._sf = np.zeros((_NROWS, n_pods))
         self._s_cls = np.zeros(n_pods, dtype=np.intp)  # QoS class of each slot (wave gather)
@@ -308,11 +311,22 @@ class UsageMixin:
         self._slot = [-1] * n_pods  # slot of a running pod, -1 when not running
         self._n_active = 0
 
+    # ---- what the model shows ----------------------------------------------------------
     def running_use(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(pod rows, CPU milli, memory MiB)`` of the running pods now: what per-pod container
         metrics would show (copies)."""
         k = self._n_active
         return self._s_pod[:k].copy(), self._sf[_CUR, :k].copy(), self._sf[_CUR + 1, :k].copy()
+
+    def running_per_node(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, the number of running pods and the CPU use of its largest one (0 if none)."""
+        n = len(self.cap_cpu)
+        k = self._n_active
+        nodes, cpu = self._s_node[:k], self._sf[_CUR, :k]
+        pods = np.bincount(nodes, minlength=n)
+        max_pod = np.zeros(n)
+        np.maximum.at(max_pod, nodes, cpu)
+        return pods, max_pod
 
     def app_usage(self, app: int) -> tuple[float, float] | None:
         """Observed (CPU, memory) use / non-zero request of application ``app``'s running pods
@@ -337,39 +351,49 @@ class UsageMixin:
             return None
         return float(use[0, i] / tot[0, i]), float(use[1, i] / tot[1, i])
 
-    def _start_usage(self, p: int) -> None:
-        """Pod ``p`` (bound to ``_node[p]``) starts running: give it a slot, evaluate its use."""
+    def expected_use(self, rows: np.ndarray | list[int] | int) -> tuple[np.ndarray, np.ndarray]:
+        """The hidden mean use of PodTable ``rows``, ``(cpu_milli, mem_mib)``: each pod's level
+        (``_pf[_BASE]``, ``_pf[_BASE + 1]``) capped at its limit (``_pf[_MAX]``, ``_pf[_MAX + 1]``);
+        the contract is :meth:`ReplaySimulator.expected_use`'s. Copies."""
+        idx = np.atleast_1d(np.asarray(rows, dtype=np.int64))
+        pf = self._pf
+        cpu = np.minimum(pf[_BASE, idx], pf[_MAX, idx])
+        mem = np.minimum(pf[_BASE + 1, idx], pf[_MAX + 1, idx])
+        return cpu, mem
+
+    # ---- what the simulator calls --------------------------------------------------------
+    def start(self, p: int, n: int, now: float) -> None:
+        """Pod ``p`` (bound to node ``n``) starts running at ``now``: give it a slot, evaluate its use."""
         self._app_sums = None
-        n = self._node[p]
+        self._started[p] = now
         k = self._n_active
         self._n_active = k + 1
         self._slot[p] = k
         self._s_pod[k] = p
         self._s_node[k] = n
         col = self._pf[:, p].tolist()
-        col[_MAX + 1] = min(col[_MAX + 1], self._cap_mem[n])  # one pod alone never OOMs its node
+        col[_MAX + 1] = min(col[_MAX + 1], self.cap_mem[n])  # one pod alone never OOMs its node
         c = int(col[_CLS])
         self._s_cls[k] = c
-        wave = math.cos(self._omega * self.now - self._phase[c])
+        wave = math.cos(self._omega * now - self._phase[c])
         cu = min(max(0.0, col[_BASE] * (1.0 + col[_EPS]) + col[_AMP] * wave), col[_MAX])
         if col[_BEF]:  # best effort: at most what the node leaves idle now
-            cu = min(cu, max(0.0, self._cap_cpu[n] - self._cpu_demand[n]))
+            cu = min(cu, max(0.0, self.cap_cpu[n] - self.cpu_demand[n]))
             self._n_be += 1
         mu = min(max(0.0, col[_BASE + 1] * (1.0 + col[_EPS + 1]) + col[_AMP + 1] * wave), col[_MAX + 1])
         col[_CUR], col[_CUR + 1] = cu, mu
         self._sf[:, k] = col
-        self._cpu_demand[n] += cu
+        self.cpu_demand[n] += cu
         s = self.state
-        s.cpu_used[n] = min(self._cpu_demand[n], self._cap_cpu[n])
+        s.cpu_used[n] = min(self.cpu_demand[n], self.cap_cpu[n])
         s.mem_used[n] += mu
 
-    def _stop_usage(self, p: int) -> bool:
-        """Remove pod ``p``'s use from its node; ``False`` (nothing done) if it was not running."""
+    def stop(self, p: int, n: int) -> bool:
+        """Remove pod ``p``'s use from its node ``n``; ``False`` (nothing done) if it was not running."""
         k = self._slot[p]
         if k < 0:
             return False
         self._app_sums = None
-        n = self._node[p]
         sf = self._sf
         cu, mu = float(sf[_CUR, k]), float(sf[_CUR + 1, k])
         self._pf[_EPS:_EPS + 2, p] = sf[_EPS:_EPS + 2, k]  # keep the noise state for a restart
@@ -385,18 +409,22 @@ class UsageMixin:
             self._slot[q] = k
         self._n_active = last
         self._slot[p] = -1
-        d = self._cpu_demand[n] - cu
-        self._cpu_demand[n] = d if d > 1e-9 else 0.0
+        d = self.cpu_demand[n] - cu
+        self.cpu_demand[n] = d if d > 1e-9 else 0.0
         s = self.state
-        s.cpu_used[n] = min(self._cpu_demand[n], self._cap_cpu[n])
+        s.cpu_used[n] = min(self.cpu_demand[n], self.cap_cpu[n])
         m = s.mem_used[n] - mu
         s.mem_used[n] = m if m > 1e-9 else 0.0
         return True
 
-    def _step_usage(self) -> None:
-        """A usage tick: re-evaluate every running pod's use, OOM kills, overload, trend."""
+    def step(self, now: float, kill: Callable[[int, float], None]) -> tuple[int, int]:
+        """A usage tick at ``now``: re-evaluate every running pod's use, OOM kills, overload, trend.
+
+        An OOM-killed pod ``p`` is handed to ``kill(p, delay)``: the simulator releases it (which
+        calls :meth:`stop`) and requeues it with its first attempt ``delay`` seconds later (the
+        crash-loop back-off). Returns ``(OOM kills, transitions into overload)`` of this tick.
+        """
         cfg, s, ns = self.config, self.state, self.node_stats
-        now = self.now
         k = self._n_active
         self._app_sums = None
         n_nodes = len(s.alive)
@@ -419,10 +447,10 @@ class UsageMixin:
             demand = np.bincount(nodes, weights=cpu, minlength=n_nodes)
             # Best-effort pods share what the node's other pods leave idle, by demand. BE
             # use is squeezed exactly where the node's total demand exceeds its capacity.
-            if self._n_be and (demand > self._cap_cpu).any():
+            if self._n_be and (demand > self.cap_cpu).any():
                 bef = sf[_BEF, :k]
                 be = np.bincount(nodes, weights=cpu * bef, minlength=n_nodes)
-                idle = self._cap_cpu - (demand - be)
+                idle = self.cap_cpu - (demand - be)
                 np.maximum(idle, 0.0, out=idle)
                 squeeze = be > idle
                 if squeeze.any():
@@ -435,29 +463,32 @@ class UsageMixin:
                     cpu *= g
                     demand -= be
                     demand += np.minimum(be, idle)
-            self._cpu_demand = demand
+            self.cpu_demand = demand
             s.mem_used[:] = np.bincount(nodes, weights=cur[1], minlength=n_nodes)
         else:
-            self._cpu_demand[:] = 0.0
+            self.cpu_demand[:] = 0.0
             s.mem_used[:] = 0.0
-        np.minimum(self._cpu_demand, self._cap_cpu, out=s.cpu_used)
-        # OOM: kill the lowest-priority, most recently started pod until memory fits.
-        for n in np.flatnonzero(s.mem_used > self._cap_mem).tolist():
-            while s.mem_used[n] > self._cap_mem[n]:
-                cands = [p for p in self._node_pods[n] if self._slot[p] >= 0]
+        np.minimum(self.cpu_demand, self.cap_cpu, out=s.cpu_used)
+        # OOM: kill the lowest-priority, most recently started running pod until memory fits.
+        n_oom = 0
+        for n in np.flatnonzero(s.mem_used > self.cap_mem).tolist():
+            while s.mem_used[n] > self.cap_mem[n]:
+                m = self._n_active
+                cands = self._s_pod[:m][self._s_node[:m] == n].tolist()
                 if not cands:
                     break
-                victim = min(cands, key=lambda p: (self._qos[p], -self._start_t[p], -p))
-                kills = self._oom_kills[victim] = self._oom_kills[victim] + 1
-                self._requeue(victim, min(cfg.oom_restart_s * 2.0 ** (kills - 1), cfg.oom_restart_max_s))
+                victim = min(cands, key=lambda p: (self._qos[p], -self._started[p], -p))
+                kills = self.oom_kills[victim] = self.oom_kills[victim] + 1
+                kill(victim, min(cfg.oom_restart_s * 2.0 ** (kills - 1), cfg.oom_restart_max_s))
                 ns.oom_count[n] += 1
-                self.counters["oom_events"] += 1
+                n_oom += 1
         # Overload transitions, trend.
-        over = s.cpu_used > cfg.overload_threshold * self._cap_cpu
+        over = s.cpu_used > cfg.overload_threshold * self.cap_cpu
         new = over & ~ns.overloaded
+        n_over = 0
         if new.any():
             ns.overload_count += new
-            self.counters["overload_events"] += int(new.sum())
+            n_over = int(new.sum())
         ns.overloaded[:] = over
         # trend += alpha * (delta / dt - trend), in place (observers may hold the arrays)
         a, dt = cfg.trend_alpha, cfg.usage_tick_s
@@ -468,3 +499,4 @@ class UsageMixin:
             trend *= 1 - a
             trend += prev
             prev[:] = used
+        return n_oom, n_over

@@ -2,7 +2,7 @@
 
 Simulated node-exporters (``tests/prometheus_support.py``) publish node-exporter metrics whose
 counters follow a utilisation the test sets; the real ``prometheus`` binary scrapes them every
-second and evaluates the recording rules of ``agent/prometheus/recording-rules.yaml``;
+second and evaluates the recording rules of ``common/data/prometheus/recording-rules.yaml``;
 :class:`PrometheusTelemetry` reads the result through the HTTP API. The shared server runs the
 shipped rules with their range selectors shortened from 5m to a few seconds (the only change)
 so that values converge in seconds; one test runs the shipped file unchanged. A simulated
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.polling import wait_for
 from fedsched.agent.cluster.cache import ClusterCache
 from fedsched.agent.cluster.telemetry import (
     POD_RATE_WINDOW,
@@ -49,7 +50,6 @@ from tests.prometheus_support import (
     free_port,
     rules_with_window,
     running_prometheus,
-    wait_for,
 )
 
 needs_prometheus = pytest.mark.skipif(

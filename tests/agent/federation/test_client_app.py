@@ -9,10 +9,11 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedsched.agent.federation.client_app import app, train
+from fedsched.agent.federation.learners import ppo_config
 from fedsched.agent.federation.mods import RESIDUAL_KEY, run_config_defaults_mod
-from fedsched.agent.federation.task import ppo_config
+from fedsched.agent.federation.round import MemberRunConfig, RoundInfo
 from fedsched.common.federation.codec import decode_int8
-from fedsched.common.federation.run_config import app_defaults, with_defaults
+from fedsched.common.federation.run_config import app_defaults
 from fedsched.common.federation.weights import weights_of
 from fedsched.common.learning.nets import NodeScoringPolicy
 from fedsched.common.model.synthetic import generate_cluster, write_csvs
@@ -37,7 +38,7 @@ def message(weights: dict, server_round: int = 1) -> Message:
 def sim_context(state_dir, partition: int = 1, **run_config) -> Context:
     """A simulated member (partition 1: the synthetic web cluster) with a tiny round: PPO in
     packing mode (the mods do not depend on the mode; online rounds are tested in
-    test_local_rewards.py and through Flower in tests/coordinator/test_federation.py)."""
+    test_local_rewards.py and through Flower in tests/experiment/test_federate.py)."""
     return Context(run_id=1, node_id=7, node_config={"partition-id": partition}, state=RecordDict(),
                    run_config={"mode": "packing", "local-steps": 16, "state-dir": str(state_dir),
                                **run_config})
@@ -170,8 +171,24 @@ def test_failure_mod_fails_rounds_at_fail_rate_and_is_off_at_zero(tmp_path):
 
 def test_a_member_rounds_ppo_settings_come_from_the_run_config():
     table = app_defaults()
-    cfg = ppo_config(with_defaults({"local-steps": 64, "ppo-learning-rate": 1e-3}), mu=0.05, seed=3)
+    member_cfg = MemberRunConfig.from_run_config({"local-steps": 64, "ppo-learning-rate": 1e-3})
+    cfg = ppo_config(member_cfg, RoundInfo(server_round=1, seed=3, mu=0.05))
     assert (cfg.total_steps, cfg.learning_rate, cfg.proximal_mu, cfg.seed) == (64, 1e-3, 0.05, 3)
     assert cfg.num_steps == min(table["ppo-rollout-steps"], 64)
     assert cfg.update_epochs == table["ppo-update-epochs"]
     assert cfg.num_minibatches == table["ppo-num-minibatches"]
+
+
+def test_a_members_typed_run_config_is_pyprojects_table():
+    """Every field of the member's run config is a key of pyproject's table, read with its value
+    and type; a typo fails as under `flwr run`."""
+    import dataclasses
+
+    table = app_defaults()
+    cfg = MemberRunConfig.defaults()
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        assert value == table[MemberRunConfig.key(f.name)] and type(value).__name__ == f.type, f.name
+    assert MemberRunConfig.from_run_config({"eta": 1}).eta == 1.0
+    with pytest.raises(ValueError, match="local-step"):
+        MemberRunConfig.from_run_config({"local-step": 8})

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from fedsched.agent.federation.online_round import Experience, OnlineRoundConfig, collect_round, member_env
-from fedsched.agent.federation.task import MemberState, finetune_on_log, online_round
+from fedsched.agent.federation.learners import Experience, LogFinetuneLearner, ReplayCreditLearner, member_env
+from fedsched.agent.federation.round import MemberRunConfig, MemberState, RoundInfo, member_round
 from fedsched.agent.learning.bc import BCConfig, collect, fit
 from fedsched.agent.learning.credit import log_credit, tie_from_features
 from fedsched.agent.learning.env import EnvConfig, RewardConfig, SchedulingEnv
-from fedsched.agent.serving.decision_log import DecisionLog
 from fedsched.common.federation.members import member_cluster
 from fedsched.common.federation.weights import load_weights, weights_of
+from fedsched.common.learning.decision_log import DecisionLog
 from fedsched.common.learning.nets import NodeScoringPolicy
 from fedsched.common.model.synthetic import generate_cluster
 from fedsched.common.schedulers import make_scheduler
@@ -84,8 +84,9 @@ def test_a_member_whose_log_shows_bad_node_choices_moves_away_from_them(tmp_path
     fit(start, collect([env], make_scheduler("best-fit"), 400), BCConfig(epochs=6, seed=0))
     start_w = weights_of(start)
     before = _share_on_crowded(start, held_out.tail_records(300))
-    new, used = finetune_on_log(start_w, start_w, str(tmp_path / "log"), window=400, learning_rate=3e-3,
-                                epochs=40, seed=0)
+    learner = LogFinetuneLearner(str(tmp_path / "log"), window=400, epochs=40, learning_rate=3e-3)
+    learned = learner.learn(start_w, start_w, MemberState(tmp_path / "state"), RoundInfo(1, seed=0))
+    new, used = learned.weights, learned.examples
     after_policy = NodeScoringPolicy()
     load_weights(after_policy, new)
     after = _share_on_crowded(after_policy.eval(), held_out.tail_records(300))
@@ -102,7 +103,8 @@ def test_a_log_without_outcomes_is_refused(tmp_path):
     log.flush()
     w = weights_of(NodeScoringPolicy())
     with pytest.raises(ValueError, match="known outcome"):
-        finetune_on_log(w, w, str(tmp_path / "log"), window=30, learning_rate=1e-3, epochs=1, seed=0)
+        LogFinetuneLearner(str(tmp_path / "log"), window=30, epochs=1, learning_rate=1e-3).learn(
+            w, w, MemberState(tmp_path / "state"), RoundInfo(server_round=1, seed=0))
 
 
 def test_a_simulated_members_round_learns_from_its_replay_twin_and_keeps_its_experience(tmp_path):
@@ -114,11 +116,12 @@ def test_a_simulated_members_round_learns_from_its_replay_twin_and_keeps_its_exp
     assert 50 <= len(env.pool) <= len(member.train)
     torch.manual_seed(0)
     glob = weights_of(NodeScoringPolicy())
-    cfg = OnlineRoundConfig(decisions=60, epochs=2)
+    learner = ReplayCreditLearner(member, decisions=60, epochs=2)
     state = MemberState(tmp_path / member.name)
-    r = online_round(member, state, glob, eta=0.2, cfg=cfg, seed=7, server_round=1)
+    cfg = MemberRunConfig.from_run_config({"eta": 0.2})
+    r = member_round(learner, state, glob, cfg, RoundInfo(server_round=1, seed=7))
     assert r.examples == 60 and r.upload and math.isfinite(r.val_score) and r.mean_reward <= 0
     assert any(np.abs(v).max() > 0 for v in r.delta.values())
     assert len(Experience(state.dir)) == 60 and (state.dir / "kube-validation.json").exists()
-    data = collect_round(member, glob, cfg, seed=7)  # the same seed: the same decisions
+    data = learner.collect(glob, seed=7)  # the same seed: the same decisions
     assert [c.credit for c in data] == [c.credit for c in Experience(state.dir).newest(60)]

@@ -1,4 +1,5 @@
-"""The real control plane for the tests in this folder (see :mod:`tests.k8s_control_plane`)."""
+"""The real control plane for the tests in this folder (see :mod:`bench.harness.control_plane`; the
+binaries from :func:`tests.k8s_support.k8s_binaries`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.k8s_control_plane import ControlPlane, control_plane, k8s_binaries
+from bench.harness.control_plane import ControlPlane, control_plane
+from tests.k8s_support import k8s_binaries
 
 
 @pytest.fixture(scope="session")

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import requests
 
-import tests.k8s_control_plane as kcp
+import tests.k8s_support as kcp
+from bench.harness.control_plane import ControlPlane, control_plane, create_nodes, set_node_ready
 from fedsched.agent.cluster.k8s_objects import node_from_json
 from fedsched.common.model.traces import builtin_trace, load_nodes, slice_cluster
-from tests.k8s_control_plane import ControlPlane, control_plane, create_nodes, set_node_ready
 
 
 def test_missing_binaries_without_go_skip_with_the_reason(tmp_path: Path,

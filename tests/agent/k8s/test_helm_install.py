@@ -1,8 +1,8 @@
 """``helm install`` of both charts into a real kube-apiserver v1.37.2: every object is accepted.
 
 Helm is the project's own: helm-python-sdk (Helm v4 as a shared library, the same code as the
-``helm`` CLI; :mod:`tests.charts.chart_support` renders with it offline). Here it talks to a
-control plane of this module's own (:func:`tests.k8s_control_plane.control_plane`) through its
+``helm`` CLI; :mod:`bench.harness.charts` renders with it offline). Here it talks to a
+control plane of this module's own (:func:`bench.harness.control_plane.control_plane`) through its
 admin kubeconfig, for every CI values file of both charts (one release and namespace each), as
 the charts' README installs them: the namespace, then the Secrets the release's workloads mount
 and does not create itself (from ``fedsched certs``, the CLI), then ``helm install``.
@@ -44,9 +44,12 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from bench.harness.charts import AGENT, CHARTS, HUB, load_values
+from bench.harness.control_plane import ControlPlane, KubeAPI, KubeAPIError, control_plane
+from bench.harness.polling import wait_for
 from fedsched.common.security import certs
-from tests.charts.chart_support import AGENT, CHARTS, HUB, ci_cases, helm, load_values, merge
-from tests.k8s_control_plane import ControlPlane, KubeAPI, KubeAPIError, control_plane, k8s_binaries, wait_for
+from tests.charts.chart_support import ci_cases, helm, merge
+from tests.k8s_support import k8s_binaries
 
 #: Stand-ins for the CRDs of the kinds the charts can render beyond the built-in API.
 STAND_IN_CRDS = (("cert-manager.io", "Certificate", "certificates"),
@@ -86,7 +89,7 @@ def stand_in_crd(group: str, kind: str, plural: str) -> dict:
 
 def fedsched_certs(*args: str) -> None:
     """``fedsched certs ARGS`` (the CLI, as an operator runs it)."""
-    subprocess.run([sys.executable, "-m", "fedsched.common.cli.main", "certs", *args], check=True,
+    subprocess.run([sys.executable, "-m", "fedsched.cli.main", "certs", *args], check=True,
                    capture_output=True, text=True, timeout=120)
 
 

@@ -1,7 +1,7 @@
 """The agent's Kubernetes watch (:class:`fedsched.agent.cluster.k8s_watch.KubeWatcher`) against a real
 kube-apiserver v1.37.2, feeding the real :class:`fedsched.agent.cluster.cache.ClusterCache`.
 
-Each module fixture is a control plane of its own (:func:`tests.k8s_control_plane.control_plane`),
+Each module fixture is a control plane of its own (:func:`bench.harness.control_plane.control_plane`),
 so that restarting its kube-apiserver or compacting its etcd disturbs no other test; the
 watcher gets its client from the control plane's admin kubeconfig (:func:`load_kube_config`).
 
@@ -42,11 +42,13 @@ from urllib.parse import quote
 
 import pytest
 
+from bench.harness.control_plane import ControlPlane, KubeAPI, control_plane, create_nodes
+from bench.harness.polling import wait_for
 from fedsched.agent.cluster.cache import EXCLUDE_LABEL, ClusterCache
 from fedsched.agent.cluster.k8s_watch import KubeWatcher, load_kube_config
 from fedsched.common.model.cluster import NodeTable
 from fedsched.common.model.traces import builtin_trace, load_nodes
-from tests.k8s_control_plane import ControlPlane, KubeAPI, control_plane, create_nodes, k8s_binaries, wait_for
+from tests.k8s_support import k8s_binaries
 
 NS = "watched"
 OTHER_NS = "elsewhere"

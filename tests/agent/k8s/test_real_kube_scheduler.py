@@ -1,16 +1,16 @@
 """The real kube-scheduler v1.37.2 with the agent chart's KubeSchedulerConfiguration, calling a real
-``fedsched serve`` over mutual TLS, on a real kube-apiserver (:mod:`tests.k8s_control_plane`).
+``fedsched serve`` over mutual TLS, on a real kube-apiserver (:mod:`bench.harness.control_plane`).
 
 What runs, all on loopback:
 
 - etcd + kube-apiserver (the session fixture ``k8s``) with a 40-node slice of the openb GPU
-  cluster registered as Nodes (:func:`tests.k8s_control_plane.create_nodes`);
+  cluster registered as Nodes (:func:`bench.harness.control_plane.create_nodes`);
 - ``fedsched serve --kubeconfig`` in cluster mode: its cache follows the API server through its
   watches; HTTPS with mutual TLS, certificates from ``fedsched certs`` (the CLI): a serving
   certificate for the chart's extender Service name, a client certificate for kube-scheduler;
 - kube-scheduler with the command and the ``config.yaml`` the agent chart renders
   (``charts/fedsched-agent``, ``ci/defaults-values.yaml``). What a process outside a pod needs
-  is the only change (:class:`tests.charts.chart_support.Localizer`): the mounted TLS Secret's
+  is the only change (:class:`bench.harness.charts.Localizer`): the mounted TLS Secret's
   path, the extender Service's address (``urlPrefix`` host and port; ``tlsConfig.serverName`` is
   kept, so kube-scheduler verifies the agent's certificate for the Service name),
   ``clientConnection.kubeconfig`` (in a pod: the service account) and the loopback serving flags;
@@ -44,6 +44,21 @@ import pytest
 import requests
 import yaml
 
+from bench.harness.charts import AGENT, Localizer, documents, fullname, one, tls_secret
+from bench.harness.charts import NAMESPACE as CHART_NAMESPACE
+from bench.harness.control_plane import (
+    ControlPlane,
+    KubeAPI,
+    KubeScheduler,
+    check_scheduler_config,
+    create_nodes,
+    kube_scheduler,
+    scheduler_config_for,
+    set_node_ready,
+)
+from bench.harness.extender_client import metric
+from bench.harness.polling import wait_for
+from bench.harness.serve import ServeProcess, serve_process
 from fedsched.agent.cluster.cache import ClusterCache
 from fedsched.agent.cluster.k8s_objects import (
     GPU_COUNT_ANNOTATION,
@@ -61,30 +76,7 @@ from fedsched.common.schedulers.base import place
 from fedsched.common.security import certs
 from tests.agent.k8s.extender_recorder import ExtenderRecorder, recording
 from tests.agent.serving.test_scheduler_config import DELETE, mutated
-from tests.charts.chart_support import (
-    AGENT,
-    Localizer,
-    argv,
-    container,
-    documents,
-    fullname,
-    one,
-    render_ci,
-    tls_secret,
-)
-from tests.charts.chart_support import NAMESPACE as CHART_NAMESPACE
-from tests.extender_support import ServeProcess, metric, serve_process
-from tests.k8s_control_plane import (
-    ControlPlane,
-    KubeAPI,
-    KubeScheduler,
-    check_scheduler_config,
-    create_nodes,
-    kube_scheduler,
-    scheduler_config_for,
-    set_node_ready,
-    wait_for,
-)
+from tests.charts.chart_support import argv, container, render_ci
 
 NAMESPACE = "openb"  # the test pods' namespace
 BARRIER_NAMESPACE = "barrier"
@@ -134,7 +126,7 @@ class Cluster:
 
 def fedsched_certs(*args: str) -> None:
     """``fedsched certs ARGS`` (the CLI, as an operator runs it)."""
-    subprocess.run([sys.executable, "-m", "fedsched.common.cli.main", "certs", *args], check=True,
+    subprocess.run([sys.executable, "-m", "fedsched.cli.main", "certs", *args], check=True,
                    capture_output=True, text=True, timeout=60)
 
 

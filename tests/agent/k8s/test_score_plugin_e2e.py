@@ -33,6 +33,12 @@ import pytest
 import requests
 import yaml
 
+from bench.harness.control_plane import K8S_BIN, KubeScheduler, kube_scheduler, warnings_off
+from bench.harness.extender_client import metric
+from bench.harness.polling import wait_for
+from bench.harness.ports import free_port
+from bench.harness.processes import tail
+from bench.harness.serve import serve_process
 from tests.agent.k8s.test_real_kube_scheduler import (  # noqa: F401 (cluster: the module fixture)
     NAMESPACE,
     SCHEDULER,
@@ -44,9 +50,7 @@ from tests.agent.k8s.test_real_kube_scheduler import (  # noqa: F401 (cluster: t
     sample,
     wait_bound,
 )
-from tests.extender_support import metric, serve_process
-from tests.flower_support import free_port, tail
-from tests.k8s_control_plane import K8S_BIN, KubeScheduler, kube_scheduler, notice, wait_for, warnings_off
+from tests.k8s_support import notice
 from tests.paths import REPO
 
 PLUGIN_BUILD = REPO / "agent" / "scoreplugin" / "build.sh"
@@ -80,7 +84,7 @@ def plugin_binary() -> Path:
 @pytest.fixture(scope="module")
 def plugin_bin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A bin folder whose ``kube-scheduler`` is the plugin build, for
-    :func:`tests.k8s_control_plane.kube_scheduler` (which runs ``cp.bin / "kube-scheduler"``)."""
+    :func:`bench.harness.control_plane.kube_scheduler` (which runs ``cp.bin / "kube-scheduler"``)."""
     binary = plugin_binary()
     d = tmp_path_factory.mktemp("scoreplugin-bin")
     (d / "kube-scheduler").symlink_to(binary)

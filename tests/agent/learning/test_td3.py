@@ -206,7 +206,7 @@ def test_weight_policy_onnx_parity_and_gpu_mask(tmp_path):
 
 
 def test_train_cli_bc_weights_then_td3_from_it(tmp_path, capsys):
-    from fedsched.common.cli.main import main
+    from fedsched.cli.main import main
     from fedsched.common.model.synthetic import write_csvs
 
     nodes, pods = generate_cluster("gpu", seed=11, n_nodes=16, n_pods=140)
@@ -231,7 +231,7 @@ def test_train_cli_bc_weights_then_td3_from_it(tmp_path, capsys):
     assert [(int(r["update"]), int(r["global_step"])) for r in rows] == [(1, 1000), (2, 1200)]
     assert opt["update"] == 2 and opt["gradient_steps"] == 201  # one per decision from the 1000th on
     assert rows[1]["eval_alloc_gpu"] != ""  # --eval-every 1 evaluates each update
-    from tests.agent.learning.test_train_cli import tb_scalar_tags
+    from tests.cli.test_train_cli import tb_scalar_tags
 
     assert {"losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss", "losses/qf1_values", "losses/actor_loss",
             "charts/SPS", "charts/episodic_return", "charts/w_free_cpu"} <= tb_scalar_tags(tmp_path / "td3")

@@ -13,11 +13,12 @@ import urllib.request
 import numpy as np
 import pytest
 
+from bench.harness.extender_client import Client, metric
 from fedsched.agent.cluster.cache import ClusterCache
 from fedsched.agent.cluster.k8s_objects import pod_to_json
 from fedsched.common.model.cluster import Pod
 from fedsched.common.model.traces import builtin_trace
-from tests.extender_support import Client, agent_pki, metric, payload, running, snapshot
+from tests.extender_support import agent_pki, payload, running, snapshot
 
 SCHED = "rl-scheduler"  # the payloads' spec.schedulerName
 

@@ -35,6 +35,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.harness.extender_client import Client
+from bench.harness.fuzz_strategies import (
+    JSON,
+    METHODS,
+    PATHS,
+    PREFIX,
+    PROFILE_PODS,
+    RAW_BODIES,
+    VERBS,
+    verb_bodies,
+)
 from fedsched.agent.cluster.cache import ClusterCache
 from fedsched.agent.cluster.k8s_objects import (
     GPU_COUNT_ANNOTATION,
@@ -51,17 +62,7 @@ from fedsched.agent.serving.extender import ExtenderServer
 from fedsched.common.model.cluster import QOS_CLASSES, NodeTable, Pod
 from fedsched.common.model.synthetic import generate_cluster
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
-from tests.extender_fuzz_strategies import (
-    JSON,
-    METHODS,
-    PATHS,
-    PREFIX,
-    PROFILE_PODS,
-    RAW_BODIES,
-    VERBS,
-    verb_bodies,
-)
-from tests.extender_support import Client, running
+from tests.extender_support import running
 
 FRESH_AGE_S = (0.0, 30.0)  # telemetry ages drawn as fresh (stale_after_s is 60 s)
 STALE_AGE_S = (120.0, 3600.0)  # and as stale
@@ -387,7 +388,7 @@ def test_safety_filter_never_admits_a_node_above_its_threshold(agent: Agent) -> 
         decider.cfg.safety = original
 
 
-# ---- fuzz (strategies in tests/extender_fuzz_strategies.py, shared with the load benchmark) ----
+# ---- fuzz (strategies in bench/harness/fuzz_strategies.py, shared with the load benchmark) ----
 
 
 def _no_5xx(agent: Agent, method: str, path: str, body: bytes | None) -> int:

@@ -26,13 +26,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.harness.extender_client import metric
 from fedsched.agent.cluster.cache import ClusterCache
 from fedsched.agent.cluster.k8s_objects import pod_to_json
 from fedsched.agent.serving.model_store import load_model, resolve_policy_path
 from fedsched.common.model.cluster import USE_REQUESTS, ClusterState, Pod
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods, split_by_hash
 from fedsched.common.schedulers import place
-from tests.extender_support import metric, running
+from tests.extender_support import running
 from tests.kube_scheduler_support import KubeSchedulerStandIn, extender_weight
 
 

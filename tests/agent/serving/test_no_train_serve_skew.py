@@ -50,6 +50,7 @@ import numpy as np
 import pytest
 import torch
 
+from bench.harness.extender_client import metric
 from fedsched.agent.cluster.cache import ClusterCache
 from fedsched.agent.cluster.k8s_objects import pod_to_json
 from fedsched.agent.cluster.telemetry import NodeUsage, TelemetrySnapshot
@@ -61,7 +62,7 @@ from fedsched.common.model.cluster import Pod
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods, split_by_hash
 from fedsched.common.schedulers.base import Placement
 from fedsched.common.sim.replay import PENDING, RUNNING, ReplaySimulator
-from tests.extender_support import metric, running
+from tests.extender_support import running
 from tests.kube_scheduler_support import KubeSchedulerStandIn, extender_weight
 
 REPLAY = dict(max_pods=500, failure_rate_per_node_hour=0.0, time_compression=100.0, duration_scale=300.0)

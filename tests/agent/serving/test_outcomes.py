@@ -9,11 +9,12 @@ import numpy as np
 
 from fedsched.agent.cluster.cache import ClusterCache
 from fedsched.agent.cluster.k8s_objects import pod_to_json
-from fedsched.agent.federation.task import finetune_on_log
-from fedsched.agent.serving.decision_log import DecisionLog
+from fedsched.agent.federation.learners import LogFinetuneLearner
+from fedsched.agent.federation.round import MemberState, RoundInfo
 from fedsched.agent.serving.outcomes import OutcomeRecorder
 from fedsched.common.federation.weights import load_npz, weights_of
 from fedsched.common.learning.checkpoint import load_checkpoint
+from fedsched.common.learning.decision_log import DecisionLog
 from fedsched.common.learning.features import NODE_FEATURES
 from fedsched.common.model.cluster import Pod
 from fedsched.common.model.traces import builtin_trace, load_nodes
@@ -61,9 +62,9 @@ def test_decisions_are_logged_with_their_outcome_after_the_horizon(tmp_path):
     # the deployed ClientApp's local update learns from this very log
     policy, _, _ = load_checkpoint(default_policy_path())
     start = weights_of(policy)
-    new, n = finetune_on_log(
-        start, start, str(tmp_path / "log"), window=100, learning_rate=1e-3, epochs=2, seed=0
-    )
+    learner = LogFinetuneLearner(str(tmp_path / "log"), window=100, epochs=2, learning_rate=1e-3)
+    learned = learner.learn(start, start, MemberState(tmp_path / "state"), RoundInfo(server_round=1, seed=0))
+    new, n = learned.weights, learned.examples
     assert n == 12 and any(not np.array_equal(new[k], start[k]) for k in start)
     assert load_npz(tmp_path / "missing.npz") is None
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsched.agent.serving.rollout_gate import cluster_profile, gate
+from fedsched.agent.serving.rollout_gate import gate
+from fedsched.common.model.profiles import cluster_profile
 from tests.builders import make_nodes
 
 

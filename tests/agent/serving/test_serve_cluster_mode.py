@@ -12,11 +12,12 @@ import ssl
 import urllib.request
 from pathlib import Path
 
+from bench.harness.polling import wait_for
+from bench.harness.serve import serve_process
 from tests.agent.cluster.test_k8s_watch import write_kubeconfig
-from tests.extender_support import agent_pki, serve_process
+from tests.extender_support import agent_pki
 from tests.k8s_api_stub_server import KubeAPIStub
 from tests.paths import TEST_DATA
-from tests.prometheus_support import wait_for
 
 K8S = TEST_DATA / "k8s"
 

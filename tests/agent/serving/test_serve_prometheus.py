@@ -13,16 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.extender_client import metric
+from bench.harness.polling import wait_for
+from bench.harness.serve import serve_process
 from fedsched.agent.cluster.k8s_objects import pod_to_json
 from fedsched.common.model.cluster import Pod
-from tests.extender_support import metric, serve_process
 from tests.prometheus_support import (
     PROMETHEUS,
     RULES_FILE,
     NodeExporterSim,
     rules_with_window,
     running_prometheus,
-    wait_for,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -59,7 +60,7 @@ def test_hot_nodes_are_refused_from_live_telemetry_and_prometheus_down_is_surviv
         ) as prom, serve_process(
             "--policy", "learned", "--cluster-csv", str(csv), "--insecure", "--host", "127.0.0.1",
             "--port", "0", "--prometheus", prom.url, "--telemetry-interval", "0.5", "--stale-after", "30",
-            "--gate", "off",  # the telemetry path with the policy answering (the gate: test_serve_cli)
+            "--gate", "off",  # the telemetry path with the policy answering (the gate: tests/cli)
         ) as sp:
             url, base = sp.url, sp.base
             pod = pod_to_json(Pod(-1, 500, 512, 0, 0, 0, 1), "p", uid="u")

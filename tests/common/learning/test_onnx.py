@@ -18,7 +18,7 @@ import onnx
 import pytest
 import torch
 
-from fedsched.common.cli.main import main
+from fedsched.cli.main import main
 from fedsched.common.learning.checkpoint import load_checkpoint, save_checkpoint, typical_from_dict
 from fedsched.common.learning.features import (
     CONTEXT_FEATURES,

@@ -1,4 +1,4 @@
-"""The policy shipped in agent/policies/ loads with this feature schema and schedules."""
+"""The policy shipped in common/data/policies/ loads with this feature schema and schedules."""
 
 from __future__ import annotations
 

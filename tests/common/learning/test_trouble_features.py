@@ -107,11 +107,11 @@ def test_replay_app_usage_is_the_running_siblings_use_per_request():
     while (d := sim.next_pod()) is not None:
         pod, state = d
         got = state.telemetry.app_usage(pod.app)
-        k = sim._n_active
-        rows = [j for j in range(k) if pods.app[sim._s_pod[j]] == pod.app]
+        k = sim.usage._n_active
+        rows = [j for j in range(k) if pods.app[sim.usage._s_pod[j]] == pod.app]
         if rows:
-            use = sum(sim._sf[8, j] for j in rows)  # _CUR row: current CPU use
-            req = sum(Pod.from_table(pods, int(sim._s_pod[j])).cpu_nonzero for j in rows)
+            use = sum(sim.usage._sf[8, j] for j in rows)  # _CUR row: current CPU use
+            req = sum(Pod.from_table(pods, int(sim.usage._s_pod[j])).cpu_nonzero for j in rows)
             assert got is not None and got[0] == pytest.approx(use / req)
             seen += 1
         else:

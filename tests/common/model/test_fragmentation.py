@@ -11,7 +11,7 @@ from tests.builders import make_pods
 
 
 def naive_frag(typ: TypicalPods, cpu_left: int, left: np.ndarray, model: int) -> float:
-    """F_n(M) = sum_m p_m F_n(m), written out case by case (reference section 4)."""
+    """F_n(M) = sum_m p_m F_n(m), written out case by case as the FGD paper defines it."""
     idle = float(left.sum())
     total = 0.0
     for c in range(len(typ)):

@@ -15,7 +15,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from fedsched.common.cli.main import main
+from fedsched.cli.main import main
 from fedsched.common.security import certs
 
 TIMEOUT = 5.0

@@ -39,17 +39,18 @@ def pods_of(cpu, mem, qos, app=None, creation=None) -> PodTable:
 class Recorder(ReplaySimulator):
     """Accumulates every running pod's CPU and memory use over the usage ticks."""
 
-    def _step_usage(self) -> None:
-        super()._step_usage()
+    def _tick(self) -> None:
+        super()._tick()  # the usage step, then what only reads it (autoscaler, metrics, series)
         if not hasattr(self, "use_sum"):
             self.use_sum = np.zeros((2, len(self.pods)))
             self.ticks = np.zeros(len(self.pods))
             self.trace: list[np.ndarray] = []
-        k = self._n_active
-        p = self._s_pod[:k]
-        self.use_sum[:, p] += self._sf[_CUR:_CUR + 2, :k]
+        u = self.usage
+        k = u._n_active
+        p = u._s_pod[:k]
+        self.use_sum[:, p] += u._sf[_CUR:_CUR + 2, :k]
         self.ticks[p] += 1
-        self.trace.append(self._sf[_CUR, :k][np.argsort(p)].copy())
+        self.trace.append(u._sf[_CUR, :k][np.argsort(p)].copy())
 
 
 def run(nodes, pods, cfg: ReplayConfig, seed: int = 0) -> Recorder:
@@ -120,7 +121,7 @@ def test_explicit_limits_from_the_trace_cap_use() -> None:
     pods = PodTable(**{**pods.__dict__, "cpu_limit": np.full(50, 1200), "mem_limit": np.full(50, 1100)})
     sim = run(nodes, pods, ReplayConfig(**CALM, usage_cpu_median=(3.0,) * 4, horizon_s=600.0))
     assert np.all(np.concatenate(sim.trace) <= 1200 + 1e-9)
-    assert np.max(sim._sf[_CUR + 1, :sim._n_active]) <= 1100 + 1e-9
+    assert np.max(sim.usage._sf[_CUR + 1, :sim.usage._n_active]) <= 1100 + 1e-9
 
 
 def test_best_effort_is_capped_at_the_node_idle_capacity() -> None:
@@ -132,16 +133,16 @@ def test_best_effort_is_capped_at_the_node_idle_capacity() -> None:
                        usage_amp_cpu=0.0, usage_cpu_median=(3.0, 1.0, 1.0, 1.0),
                        usage_limit_ratio=(4.0, 2.0, 2.0, 1.0), horizon_s=300.0)
     sim = run(nodes, pods, cfg)
-    k = sim._n_active
-    use = dict(zip(sim._s_pod[:k].tolist(), sim._sf[_CUR, :k].tolist(), strict=True))
+    k = sim.usage._n_active
+    use = dict(zip(sim.usage._s_pod[:k].tolist(), sim.usage._sf[_CUR, :k].tolist(), strict=True))
     assert use[0] == pytest.approx(6000.0)
     assert sum(use[p] for p in (1, 2, 3)) == pytest.approx(4000.0)
-    assert sim._cpu_demand[0] == pytest.approx(10000.0)  # nothing to throttle
+    assert sim.usage.cpu_demand[0] == pytest.approx(10000.0)  # nothing to throttle
     assert sim.load_metrics.result()["throttled_cpu_core_s"] == 0.0
     # without the cap the BE pods would demand 3 x 3000 on top
     cfg2 = ReplayConfig(**{**cfg.__dict__, "usage_be_idle_cap": False})
     sim2 = run(nodes, pods, cfg2)
-    assert sim2._cpu_demand[0] == pytest.approx(6000.0 + 3 * 3000.0)
+    assert sim2.usage.cpu_demand[0] == pytest.approx(6000.0 + 3 * 3000.0)
 
 
 def test_siblings_share_a_usage_level() -> None:
@@ -162,7 +163,7 @@ def test_siblings_share_a_usage_level() -> None:
     assert np.corrcoef(lvl[:, 0], lvl[:, 1])[0, 1] > 0.8
     assert abs(np.corrcoef(lvl[:-1, 0], lvl[1:, 1])[0, 1]) < 0.2
     # the base level the oracle reads is the application's level times the pod's spread
-    base = np.log(sim._pf[_BASE]).reshape(n_apps, reps)
+    base = np.log(sim.usage._pf[_BASE]).reshape(n_apps, reps)
     assert np.corrcoef(base.mean(axis=1), lvl.mean(axis=1))[0, 1] > 0.95
     # a new pod of a known application is predictable from its siblings' history
     pred = lvl[:, :4].mean(axis=1)
@@ -199,7 +200,7 @@ def test_daily_cycle_follows_trace_time_under_compression() -> None:
     cfg = ReplayConfig(time_compression=100.0)
     nodes = nodes_of([10**6], [10**7])
     sim = ReplaySimulator(nodes, pods_of([100], [100], [LS]), config=cfg, seed=0)
-    assert 2 * math.pi / sim._omega == pytest.approx(864.0)  # one trace day = 864 sim seconds
+    assert 2 * math.pi / sim.usage._omega == pytest.approx(864.0)  # one trace day = 864 sim seconds
 
 
 def test_usage_parameters_are_deterministic_per_seed() -> None:
@@ -210,12 +211,12 @@ def test_usage_parameters_are_deterministic_per_seed() -> None:
                    app=rng.integers(0, 40, n), creation=np.sort(rng.uniform(0, 600, n)))
     cfg = ReplayConfig(horizon_s=1200.0)
     a, b, c = run(nodes, pods, cfg, seed=5), run(nodes, pods, cfg, seed=5), run(nodes, pods, cfg, seed=6)
-    np.testing.assert_array_equal(a._pf, b._pf)
+    np.testing.assert_array_equal(a.usage._pf, b.usage._pf)
     np.testing.assert_array_equal(a.use_sum, b.use_sum)
-    assert not np.array_equal(a._pf[_BASE], c._pf[_BASE])
+    assert not np.array_equal(a.usage._pf[_BASE], c.usage._pf[_BASE])
     # the levels do not depend on the scheduler (drawn with the workload)
     d = ReplaySimulator(nodes, pods, config=cfg, seed=5)
-    np.testing.assert_array_equal(a._pf[_BASE:_BASE + 2], d._pf[_BASE:_BASE + 2])
+    np.testing.assert_array_equal(a.usage._pf[_BASE:_BASE + 2], d.usage._pf[_BASE:_BASE + 2])
 
 
 def test_config_rejects_bad_usage_parameters() -> None:
@@ -237,7 +238,7 @@ def test_synthetic_and_openb_pods_get_application_levels() -> None:
     op = load_pods(builtin_trace("openb_pod_list_default.csv"), on)
     for n_, p_ in ((nodes, pods), (on, op)):
         sim = ReplaySimulator(n_, p_, config=ReplayConfig(), seed=0)
-        lvl = np.log(sim._pf[_BASE] / np.maximum(p_.cpu, 100))
+        lvl = np.log(sim.usage._pf[_BASE] / np.maximum(p_.cpu, 100))
         sizes = np.bincount(p_.app)
         multi = np.flatnonzero(sizes >= 2)
         within = np.mean([lvl[p_.app == a].var() for a in multi[:300]])

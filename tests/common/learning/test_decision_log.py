@@ -1,4 +1,5 @@
-"""The on-disk decision log (agent.decision_log) and continuous training (``fedsched train --log``)."""
+"""The on-disk decision log (``fedsched.common.learning.decision_log``) and continuous training
+(``fedsched train --log``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 
 from fedsched.agent.learning.bc import collect, record
 from fedsched.agent.learning.env import SchedulingEnv
-from fedsched.agent.serving.decision_log import DecisionLog, DecisionLogError
-from fedsched.common.cli.main import main
+from fedsched.cli.main import main
 from fedsched.common.learning.checkpoint import load_checkpoint
+from fedsched.common.learning.decision_log import DecisionLog, DecisionLogError
 from fedsched.common.learning.features import CONTEXT_FEATURES, NODE_FEATURES, POD_FEATURES
 from fedsched.common.learning.kinds import WEIGHTS, kind_of
 from fedsched.common.learning.records import Decision

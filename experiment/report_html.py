@@ -2,7 +2,7 @@
 script, no external resource) with the per-member verdicts, every member's evaluation table and
 the bytes sent, for a user who opens ``DIR/report.html`` in a browser.
 
-May import: the standard library and :mod:`fedsched.coordinator.federate`'s table helpers.
+May import: the standard library and :mod:`fedsched.experiment.report_text` (the member tables).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import base64
 import html
 from pathlib import Path
 from typing import Any
+
+from fedsched.experiment.report_text import table_rows
 
 
 def _table(header: list[str], rows: list[list[str]], cls: str) -> str:
@@ -39,8 +41,6 @@ def _verdict_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def render(report: dict[str, Any], plot: Path | None) -> str:
     """The report as one HTML document."""
-    from fedsched.coordinator.federate import table_rows
-
     cfg = report["config"]
     parts = [
         "<!doctype html>",

@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness.serve import serve_process
 from fedsched.agent.cluster.k8s_objects import pod_to_json
-from fedsched.agent.serving.decision_log import DecisionLog
+from fedsched.common.learning.decision_log import DecisionLog
 from fedsched.common.model.cluster import Pod
 from fedsched.common.model.traces import builtin_trace
-from tests.extender_support import serve_process
 
 NODES = str(builtin_trace("openb_node_list_gpu_node.csv"))
 
 
 def fedsched(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "fedsched.common.cli.main", *args], capture_output=True, text=True,
+        [sys.executable, "-m", "fedsched.cli.main", *args], capture_output=True, text=True,
         timeout=timeout,
     )
 

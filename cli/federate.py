@@ -30,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fedsched.common.federation.run_config import APP_DIR
-    from fedsched.coordinator.federate import FederateConfig, federate, format_report
+    from fedsched.experiment.config import FederateConfig
+    from fedsched.experiment.federate import federate
+    from fedsched.experiment.report_text import format_report
 
     cfg = FederateConfig.quick() if args.quick else FederateConfig()
     if args.clusters is not None:

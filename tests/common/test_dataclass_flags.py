@@ -1,4 +1,4 @@
-"""Flags from dataclass fields (common/cli/dataclass_flags.py): help from attribute docstrings
+"""Flags from dataclass fields (common/dataclass_flags.py): help from attribute docstrings
 (else trailing comments), types from annotations, defaults from the dataclass, round trips."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Literal
 
 import pytest
 
-from fedsched.common.cli.dataclass_flags import (
+from fedsched.common.dataclass_flags import (
     add_dataclass_flags,
     build,
     field_help,

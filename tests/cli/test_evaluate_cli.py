@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from fedsched.common.cli.main import main
+from fedsched.cli.main import main
 from fedsched.common.model.metrics import METRICS, mean_ci95
 from fedsched.common.model.traces import hash_fraction, split_by_hash
 from tests.builders import make_pods

@@ -1,10 +1,11 @@
-"""A real Kubernetes control plane on loopback for the tests: etcd, kube-apiserver, kube-scheduler.
+"""A real Kubernetes control plane on loopback for the tests and the scheduler benchmark: etcd,
+kube-apiserver, kube-scheduler.
 
 The binaries are the ones ``scripts/build_k8s.sh`` builds from their Go modules into
-``.k8s/bin/`` (etcd 3.7.3, kube-apiserver and kube-scheduler v1.37.2); when one is missing the
-fixture runs that script (idempotent: seconds once built, about 13 minutes the first time on 2
-cores). Without Go, or when the build fails, the tests that need the control plane skip with
-the reason, and under CI (``CI=true``, :mod:`tests.require_services`) that skip is a failure.
+``.k8s/bin/`` (:data:`K8S_BIN`: etcd 3.7.3, kube-apiserver and kube-scheduler v1.37.2);
+:func:`missing_binaries` names those that are not there. This module does not build them: the
+tests get them through ``tests/k8s_support.py`` (which runs the script, or skips), the benchmark
+checks :func:`missing_binaries` and exits with the command to run.
 
 :func:`control_plane` starts etcd and kube-apiserver on free loopback ports in a temporary
 directory with the flags the build script's header lists as verified (token authentication,
@@ -30,6 +31,9 @@ as a kubelet does (the Node with capacity and allocatable CPU, memory, pods and
 node lifecycle controller would. No kubelet and no kube-controller-manager run: pods are bound
 (``spec.nodeName``) but never start, a node set NotReady gets no taint, and each namespace
 needs its ``default`` ServiceAccount created (:meth:`KubeAPI.ensure_namespace`).
+
+Imports ``requests``, ``urllib3``, ``yaml``, ``cryptography``, ``fedsched.agent.cluster.k8s_objects``,
+``fedsched.common.model.cluster`` and its sibling harness modules (never pytest or ``tests``).
 """
 
 from __future__ import annotations
@@ -39,10 +43,8 @@ import copy
 import ctypes
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,7 +52,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import pytest
 import requests
 import urllib3
 import yaml
@@ -59,12 +60,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from fedsched.agent.cluster.k8s_objects import node_to_json
 from fedsched.common.model.cluster import NodeTable
-from tests.flower_support import Procs, free_port, tail
-from tests.paths import REPO
-from tests.prometheus_support import wait_for  # re-exported for the k8s tests
 
-K8S_BIN = REPO / ".k8s" / "bin"
-BUILD_SCRIPT = REPO / "scripts" / "build_k8s.sh"
+from . import ROOT
+from .polling import wait_for
+from .ports import free_port
+from .processes import Procs, tail
+
+K8S_BIN = ROOT / ".k8s" / "bin"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
 HOST = "127.0.0.1"
 ADMIN_TOKEN = "fedsched-admin-token"
@@ -73,36 +75,9 @@ START_TIMEOUT = 60.0
 
 # ---- the binaries ------------------------------------------------------------------------------
 
-def missing_binaries() -> list[str]:
-    return [b for b in BINARIES if not os.access(K8S_BIN / b, os.X_OK)]
-
-
-def notice(message: str) -> None:
-    """A line on the terminal past pytest's capture (a 13-minute build should not look hung)."""
-    print(f"\ntests: {message}", file=sys.__stderr__, flush=True)
-
-
-def k8s_binaries() -> Path:
-    """``.k8s/bin`` with etcd, kube-apiserver and kube-scheduler, built by ``scripts/build_k8s.sh``
-    when one is missing; skips (a failure under CI) with the reason when they cannot be had."""
-    missing = missing_binaries()
-    if not missing:
-        return K8S_BIN
-    if shutil.which("go") is None:
-        pytest.skip(f"{', '.join(missing)} not in {K8S_BIN} and go is not on PATH to build them "
-                    "(bash scripts/build_k8s.sh; Go >= 1.26)")
-    log_path = K8S_BIN.parent / "build.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    notice(f"{', '.join(missing)} missing: bash scripts/build_k8s.sh (about 13 minutes the first time "
-           f"on 2 cores; log in {log_path})")
-    with log_path.open("wb") as log:
-        rc = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=log, stderr=subprocess.STDOUT,
-                            cwd=REPO, check=False).returncode
-    missing = missing_binaries()
-    if rc != 0 or missing:
-        pytest.skip(f"bash scripts/build_k8s.sh failed (exit {rc}; missing {missing}): "
-                    f"{tail(log_path, 1500)}")
-    return K8S_BIN
+def missing_binaries(bin_dir: Path = K8S_BIN) -> list[str]:
+    """The control-plane binaries not (executable) in ``bin_dir``."""
+    return [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
 
 
 # ---- processes -----------------------------------------------------------------------------------
@@ -113,7 +88,7 @@ def _die_with_parent() -> None:  # runs in the child before exec
 
 
 class Processes(Procs):
-    """:class:`tests.flower_support.Procs` whose processes also die with the test process, and
+    """:class:`~.processes.Procs` whose processes also die with the test process, and
     whose teardown checks that no process of their groups is left."""
 
     def start(self, name: str, args: list[str], env: dict[str, str] | None = None,
@@ -345,8 +320,10 @@ def _start_apiserver(procs: Processes, argv: list[str], url: str) -> subprocess.
 def control_plane(root: Path, bin_dir: Path | None = None,
                   apiserver_args: tuple[str, ...] = ()) -> Iterator[ControlPlane]:
     """etcd and kube-apiserver in ``root`` on free loopback ports, ready; stopped on exit.
-    ``apiserver_args`` are added to kube-apiserver's flags (e.g. ``--watch-cache=false``)."""
-    bin_dir = bin_dir or k8s_binaries()
+    ``bin_dir`` holds the binaries (default :data:`K8S_BIN`, which must have them: see
+    :func:`missing_binaries`). ``apiserver_args`` are added to kube-apiserver's flags (e.g.
+    ``--watch-cache=false``)."""
+    bin_dir = bin_dir or K8S_BIN
     root.mkdir(parents=True, exist_ok=True)
     procs = Processes(root)
     try:

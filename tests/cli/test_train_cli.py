@@ -16,10 +16,10 @@ from fedsched.agent.learning.bc import BCConfig
 from fedsched.agent.learning.env import EnvConfig, RewardConfig
 from fedsched.agent.learning.ppo import PPOConfig
 from fedsched.agent.learning.td3 import TD3Config
-from fedsched.agent.learning.train_cli import SPEC_EXCLUDE, build_spec
 from fedsched.agent.learning.training import FINETUNE_LEARNING_RATE, TrainSpec
-from fedsched.common.cli.dataclass_flags import field_help, flag_name, to_argv
-from fedsched.common.cli.main import main
+from fedsched.cli.main import main
+from fedsched.cli.train import SPEC_EXCLUDE, build_spec
+from fedsched.common.dataclass_flags import field_help, flag_name, to_argv
 from fedsched.common.learning.checkpoint import load_checkpoint
 from fedsched.common.learning.scorers import PolicyScheduler
 from fedsched.common.model.metrics import METRICS
@@ -225,7 +225,7 @@ CONFIGS = (("ppo", PPOConfig), ("td3", TD3Config), ("bc", BCConfig), ("reward", 
 
 
 def parse_train(*argv: str):
-    from fedsched.common.cli.main import build_parser
+    from fedsched.cli.main import build_parser
 
     return build_parser(only="train").parse_args(["train", "--out", "o", *argv])
 

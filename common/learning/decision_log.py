@@ -26,6 +26,9 @@ goes to a temporary file moved into place atomically
 (:func:`fedsched.common.files.atomic_file`), so a crash leaves either the old or the new
 chunk, never a half-written one; leftover ``.tmp`` files are ignored.
 One writer per directory; readers may run beside it.
+
+May import: numpy, ``fedsched.common.files`` and ``fedsched.common.learning``'s features and
+records (no torch: the serving agent writes it, training and the federated members read it).
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The ``fedsched`` command line.
 
-Subcommands are small modules registered in ``SUBCOMMANDS`` (name -> "module:attribute"
-of a ``register(subparsers)`` function) and imported only when used, so ``fedsched
-evaluate`` never pays for torch or Flower.
+Subcommands are small modules of this package registered in ``SUBCOMMANDS`` (name ->
+"module:attribute" of a ``register(subparsers)`` function) and imported only when used, so
+``fedsched evaluate`` never pays for torch or Flower.
+
+May import: the standard library; the subcommand modules of ``fedsched.cli`` by name.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ import importlib
 import sys
 
 SUBCOMMANDS: dict[str, str] = {
-    "evaluate": "fedsched.common.cli.evaluate:register",
-    "train": "fedsched.agent.learning.train_cli:register",
-    "federate": "fedsched.coordinator.cli:register",
-    "export": "fedsched.common.cli.export:register",
-    "certs": "fedsched.common.cli.certs:register",
-    "serve": "fedsched.agent.serving.serve_cli:register",
+    "evaluate": "fedsched.cli.evaluate:register",
+    "train": "fedsched.cli.train:register",
+    "federate": "fedsched.cli.federate:register",
+    "export": "fedsched.cli.export:register",
+    "certs": "fedsched.cli.certs:register",
+    "serve": "fedsched.cli.serve:register",
 }
 
 

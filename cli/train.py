@@ -23,7 +23,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from fedsched.common.cli.dataclass_flags import add_dataclass_flags, build, default_of, given
+from fedsched.common.dataclass_flags import add_dataclass_flags, build, default_of, given
 from fedsched.common.model.traces import load_nodes, load_pods, resolve_path
 
 DEFAULT_NODES = "builtin:openb_node_list_gpu_node.csv"

@@ -7,7 +7,7 @@ import sys
 
 from tqdm import tqdm
 
-from fedsched.common.cli.dataclass_flags import add_dataclass_flags, given
+from fedsched.common.dataclass_flags import add_dataclass_flags, given
 from fedsched.common.model.traces import load_nodes, load_pods, resolve_path
 from fedsched.common.sim.evaluate import EvalSpec, evaluate, format_table, plot, write_json
 from fedsched.common.sim.replay import ReplayConfig

@@ -4,6 +4,7 @@ Shared by the test suite's fuzzer (``tests/agent/serving/test_extender_fuzz.py``
 benchmark's fuzz phase (``bench/extender/fuzz.py``): arbitrary JSON values, Pod/Node/bind/preempt
 bodies of the right shape most of the time with wrongly typed fields and bad quantities in
 them, pods of other scheduler profiles, and random methods, paths and byte strings.
+Imports ``hypothesis`` and ``fedsched.agent.cluster.k8s_objects`` (the annotation names).
 """
 
 from __future__ import annotations

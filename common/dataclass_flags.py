@@ -27,6 +27,10 @@ namespace holds only the flags that were given: :func:`given` returns those fiel
 When a second flag also sets a field (a shared ``--seed`` beside ``--ppo-seed``), pass its
 value in ``build(..., defaults=...)``: the precedence is the field's own flag, then
 ``defaults``, then the dataclass default.
+
+Used by the ``fedsched`` subcommands (``fedsched.cli``) and by scripts with their own flags.
+
+May import: the standard library only.
 '''
 
 from __future__ import annotations

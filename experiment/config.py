@@ -1,0 +1,67 @@
+"""What the main job runs: :class:`FederateConfig`.
+
+Its run-config fields default to the Flower run config's (pyproject's ``[tool.flwr.app.config]``,
+via :mod:`fedsched.common.federation.run_config`; the member's through the typed
+:class:`fedsched.agent.federation.round.MemberRunConfig`), never a second copy; a run passes the
+values it sets with ``flwr run --run-config`` (:meth:`FederateConfig.run_config`), and the
+local-only baseline trains with the same member settings (:meth:`FederateConfig.member_config`).
+
+May import: ``fedsched.common`` and ``fedsched.agent.federation.round``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedsched.agent.federation.round import MemberRunConfig
+from fedsched.common.federation.run_config import Value, app_defaults
+
+# The Flower app's run-config defaults: FederateConfig's defaults, never a second copy.
+HUB = app_defaults()  # the hub's keys (rounds, members, FedProx's mu, the random start's seed)
+MEMBER = MemberRunConfig.defaults()  # the members' keys, typed
+
+
+@dataclass
+class FederateConfig:
+    """What the main job runs (``--quick``: 3 rounds, small budgets, 2 seeds, FedAvg only). The
+    run-config fields default to pyproject's ``[tool.flwr.app.config]``."""
+
+    clusters: int = int(HUB["min-nodes"])  # member clusters (non-IID profiles, cycled)
+    rounds: int = int(HUB["num-server-rounds"])  # federated rounds per strategy
+    local_decisions: int = MEMBER.local_decisions  # pods a member learns from per round
+    scarce_decisions: int = MEMBER.scarce_decisions  # the same for the data-scarce members
+    late_round: int = MEMBER.late_round  # the round the late member joins
+    local_epochs: int = MEMBER.local_epochs  # passes of each round's credit regression
+    local_learning_rate: float = MEMBER.local_learning_rate
+    eta: float = MEMBER.eta  # personalisation: eta * W_local + (1 - eta) * W_global
+    proximal_mu: float = float(HUB["proximal-mu"])  # FedProx
+    # The starting model. The main job starts every member, federated or alone, from the same
+    # seeded random model, so the gain of federating over learning alone is measured from an
+    # untrained start; a fleet starts from the shipped policy (the run config's default, "shipped").
+    init: str = "random"
+    seed: int = int(HUB["seed"])  # seed of a random starting model
+    eval_seeds: int = 5  # replay seeds of the per-member evaluation (not a run-config setting)
+    etas: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 1.0)  # the personalisation sweep of the evaluation
+    strategies: tuple[str, ...] = ("fedavg", "fedprox")
+    workers: int = field(default_factory=lambda: max(1, min(2, os.cpu_count() or 1)))  # local processes
+
+    @classmethod
+    def quick(cls) -> FederateConfig:
+        return cls(rounds=3, local_decisions=200, scarce_decisions=50, late_round=2, eval_seeds=2,
+                   etas=(0.0, 0.2, 1.0), strategies=("fedavg",))
+
+    def run_config(self, strategy: str, run_dir: Path) -> dict[str, Value]:
+        """The run-config values this job sets for one run of ``strategy`` into ``run_dir``."""
+        return {"num-server-rounds": self.rounds, "strategy": strategy, "proximal-mu": self.proximal_mu,
+                "min-nodes": self.clusters, "eta": self.eta, "mode": "online",
+                "local-decisions": self.local_decisions, "scarce-decisions": self.scarce_decisions,
+                "late-round": self.late_round, "local-epochs": self.local_epochs,
+                "local-learning-rate": self.local_learning_rate, "init": self.init,
+                "seed": self.seed, "out-dir": str(run_dir / "hub"), "state-dir": str(run_dir / "state")}
+
+    def member_config(self, run_dir: Path) -> MemberRunConfig:
+        """The settings every member of a run of this job into ``run_dir`` reads (the first
+        strategy's run; the members' settings do not depend on the strategy)."""
+        return MemberRunConfig.from_run_config(self.run_config(self.strategies[0], run_dir))

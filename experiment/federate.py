@@ -1,0 +1,272 @@
+"""The main job: a local multi-cluster federated training and evaluation on built-in data.
+
+:func:`federate` runs Flower's own simulation runtime (``flwr run`` with a private
+``FLWR_HOME`` and runtime dependency installation off; :func:`run_flower`) of the non-IID member
+clusters of :data:`fedsched.common.federation.members.MEMBERS` (GPU training, CPU web with a daily
+cycle, edge, a CPU-heavy GPU inventory, a web cluster that joins late; two of them
+data-scarce), once with FedAvg and once with FedProx, in online mode: each member learns from
+its own rewards in its replay twin (:class:`fedsched.agent.federation.learners.ReplayCreditLearner`).
+Each run's final state is checked with ``flwr ls`` (``flwr run`` exits 0 even when the run
+fails) and the local SuperLink it started is stopped afterwards.
+
+Then, per member, on its held-out *test* pods (replay at its load, ``eval_seeds`` seeds, the
+same seeds for every policy; :mod:`fedsched.experiment.baselines`): kube-default, the best
+heuristic for the member (the load-aware baseline with the lowest trouble score on the member's
+*validation* pods), the shipped starting model, local-only (the same rounds and decision budget
+on the member alone: eta = 1, no global model), the FedAvg and FedProx global models, and the
+personalised model ``eta * W_local + (1 - eta) * W_global`` of the FedAvg run at every eta of
+``etas`` (eta = 0 is the global model). Verdicts compare, seed by seed, the run's personalised
+model with local-only and kube-default on the trouble score and on failed pods; the late
+member's rounds to local-only's final validation quality come from the members' per-round
+reports. Bytes are what each member really sent in each round (its own report; 0 when it did
+not upload). Writes ``DIR/report.json``, ``DIR/rounds.png`` (the hub's central trouble score and
+each member's validation score per round, federated and local-only) and ``DIR/report.html``
+(one self-contained file: the tables and the plot, :mod:`fedsched.experiment.report_html`).
+
+Settings: :class:`fedsched.experiment.config.FederateConfig`.
+
+May import: ``fedsched.common``, ``fedsched.agent.federation``, ``fedsched.coordinator`` (the
+hub's starting model) and the other ``fedsched.experiment`` modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from fedsched.agent.federation.learners import ReplayCreditLearner
+from fedsched.agent.federation.round import MemberState
+from fedsched.common.federation.codec import personalised_mix
+from fedsched.common.federation.members import member_cluster
+from fedsched.common.federation.run_config import Value, run_config_arg
+from fedsched.common.federation.weights import load_npz
+from fedsched.coordinator.server_app import initial_weights
+from fedsched.experiment.baselines import best_heuristic, evaluate_member, local_only, verdicts, worker_init
+from fedsched.experiment.config import FederateConfig
+from fedsched.experiment.report_html import write_html
+from fedsched.experiment.report_text import format_report
+
+
+def flwr_bin() -> str:
+    """The flwr CLI of this environment (beside the running interpreter)."""
+    candidate = Path(sys.executable).with_name("flwr")
+    return str(candidate) if candidate.exists() else "flwr"
+
+
+def _flwr(args: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> subprocess.CompletedProcess:
+    with log_path.open("a") as log:
+        return subprocess.run([flwr_bin(), *args], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              check=False)
+
+
+def stop_local_superlink(flwr_home: Path, include_apps: bool = False) -> int:
+    """Stop the detached local SuperLink (and its helpers) that ``flwr run`` started with this
+    FLWR_HOME; ``include_apps`` also stops the simulation process running the apps (what a
+    crashed hub looks like). Returns how many processes were signalled."""
+    names = (b"flower-super", b"flwr-simulation", b"flwr-serverapp") if include_apps else (b"flower-super",)
+    stopped = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+            if not any(n in cmd for n in names):
+                continue
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"FLWR_HOME={flwr_home}".encode() in env:
+            try:
+                os.kill(int(proc.name), signal.SIGTERM)
+                stopped += 1
+            except OSError:
+                pass
+    return stopped
+
+
+def run_flower(app_dir: Path, out: Path, strategy: str, cfg: FederateConfig,
+               progress: Callable[[str], None], *, name: str | None = None,
+               extra: dict[str, Value] | None = None, fresh: bool = True) -> Path:
+    """One ``flwr run`` of the federation into ``out/name`` (default: the strategy's name);
+    ``extra`` adds run-config values; ``fresh=False`` keeps an earlier run's hub checkpoint
+    (the hub then resumes from it)."""
+    home = out / "flwr-home"
+    home.mkdir(parents=True, exist_ok=True)
+    run_dir = out / (name or strategy)
+    if fresh and run_dir.exists():
+        shutil.rmtree(run_dir)
+    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    run_config = run_config_arg({**cfg.run_config(strategy, run_dir), **(extra or {})})
+    log_path = out / f"flwr-{name or strategy}.log"
+    with local_flower_lock(progress):
+        return _run_locked(app_dir, env, run_config, log_path, run_dir, strategy, cfg, progress, name)
+
+
+LOCK_PATH = Path(tempfile.gettempdir()) / "fedsched-local-flower.lock"
+
+
+@contextlib.contextmanager
+def local_flower_lock(progress: Callable[[str], None]) -> Iterator[None]:
+    """One local Flower simulation at a time on this machine: every ``flwr run`` starts its
+    local SuperLink on Flower's fixed ports (127.0.0.1:39091 and :39093), so a second run beside
+    the first would talk to the wrong SuperLink. Waits (and says so) for another process's run."""
+    LOCK_PATH.touch(exist_ok=True)
+    with LOCK_PATH.open("r+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"waiting for another local Flower simulation on this machine to end ({LOCK_PATH})")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _run_locked(app_dir: Path, env: dict[str, str], run_config: str, log_path: Path, run_dir: Path,
+                strategy: str, cfg: FederateConfig, progress: Callable[[str], None],
+                name: str | None) -> Path:
+    home = Path(env["FLWR_HOME"])
+    progress(f"flwr run ({name or strategy}: {strategy}, {cfg.clusters} clusters, {cfg.rounds} rounds); "
+             f"log: {log_path}")
+    try:
+        _flwr(["run", str(app_dir), "--stream", "--federation-config",
+               f"num-supernodes={cfg.clusters} client-resources-num-cpus=1", "--run-config", run_config],
+              env, app_dir, log_path)
+        listing = subprocess.run([flwr_bin(), "ls", "--format", "json"], cwd=app_dir, env=env,
+                                 capture_output=True, text=True, check=False)
+    finally:
+        stop_local_superlink(home)
+    try:
+        runs = json.loads(listing.stdout)["runs"]
+        status = max(runs, key=lambda r: r["pending-at"])["status"]
+    except (ValueError, KeyError):
+        raise RuntimeError(f"could not read the run's state (flwr ls said: {listing.stdout[-500:]!r}); "
+                           f"see {log_path}") from None
+    if status != "finished:completed":
+        raise RuntimeError(f"the {strategy} run ended as {status!r}; see {log_path}")
+    return run_dir
+
+
+def federate(out: Path, cfg: FederateConfig, app_dir: Path,
+             progress: Callable[[str], None] = print) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    runs = {s: run_flower(app_dir, out, s, cfg, progress) for s in cfg.strategies}
+    init = initial_weights(cfg.init, cfg.seed, "online")  # the hub's starting model, for local-only too
+    report: dict[str, Any] = {"config": {**cfg.__dict__, "strategies": list(cfg.strategies),
+                                         "etas": list(cfg.etas)},
+                              "clusters": {}, "rounds": {}, "members": {}}
+    for s, d in runs.items():
+        report["rounds"][s] = json.loads((d / "hub" / "rounds.json").read_text())
+    glob = {s: {k: v for k, v in load_npz(d / "hub" / "global.npz").items() if k != "__round__"}
+            for s, d in runs.items()}
+    main = cfg.strategies[0]
+    member_cfg = cfg.member_config(out)
+    members = [member_cluster(i) for i in range(cfg.clusters)]
+    progress(f"local-only baselines: {cfg.clusters} members x {cfg.rounds} rounds on {cfg.workers} processes")
+    with ProcessPoolExecutor(cfg.workers, initializer=worker_init) as pool:
+        local = list(pool.map(local_only, range(cfg.clusters), [cfg] * cfg.clusters, [init] * cfg.clusters,
+                              [out] * cfg.clusters))
+        for i, member in enumerate(members):
+            progress(f"evaluating {member.name}: {cfg.eval_seeds} seeds of its test pods per policy")
+            best, scores = best_heuristic(i, pool)
+            local_w = MemberState(runs[main] / "state" / member.name).load("local")
+            policies: dict[str, Any] = {"kube-default": "kube-default"}
+            if best != "kube-default":
+                policies[f"best heuristic ({best})"] = best
+            policies["shipped start" if cfg.init == "shipped" else "random start"] = init
+            policies["local-only"] = local[i][0]
+            for s in cfg.strategies:
+                policies[f"global {s}"] = glob[s]
+            if local_w is not None:
+                for eta in cfg.etas:
+                    if eta > 0:
+                        policies[f"personalised eta={eta:g}"] = personalised_mix(local_w, glob[main], eta)
+            if f"personalised eta={cfg.eta:g}" not in policies:
+                policies[f"personalised eta={cfg.eta:g}"] = (personalised_mix(local_w, glob[main], cfg.eta)
+                                                             if local_w is not None else glob[main])
+            has_gpus = member.nodes.total_gpu_milli > 0
+            report["clusters"][member.name] = evaluate_member(i, cfg, policies, pool, has_gpus)
+            fed_val = [float(h.get("members", {}).get(str(i), {}).get("val-score", math.nan))
+                       for h in report["rounds"][main]]
+            spec = member.spec
+            learner = ReplayCreditLearner.from_config(member, member_cfg)  # what the member ran
+            report["members"][member.name] = {
+                "profile": spec.profile if spec else "", "why": spec.why if spec else "",
+                "scarce": bool(spec and spec.scarce), "late": bool(spec and spec.late),
+                "joins_at": learner.joins_at, "decisions_per_round": learner.decisions,
+                "nodes": len(member.nodes), "gpus": bool(has_gpus), "best_heuristic": best,
+                "heuristic_validation_scores": scores, "local_only_val": local[i][1],
+                "federated_val": fed_val,
+            }
+    report["verdicts"] = verdicts(report, cfg)
+    report["bytes"] = bytes_sent(report["rounds"])
+    report["wall_s"] = round(time.time() - t0, 1)
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=float))
+    plot_rounds(report, out / "rounds.png")
+    write_html(report, out / "rounds.png", out / "report.html", format_report(report))
+    return report
+
+
+def bytes_sent(rounds: dict[str, list[dict]]) -> dict[str, Any]:
+    """What each member really sent and received, per strategy, summed over its rounds from its
+    own reports (every reply, also one without an upload: it carries a zero update) and how
+    many of its replies were uploads."""
+    out: dict[str, Any] = {}
+    for s, hist in rounds.items():
+        per: dict[str, dict[str, int]] = {}
+        for h in hist:
+            for pid, m in h.get("members", {}).items():
+                row = per.setdefault(pid, {"int8": 0, "fp32": 0, "down": 0, "uploads": 0})
+                # A reply without an upload still carries its (zero) update: Flower wants one
+                # ArrayRecord with the same keys in every reply, so those bytes were sent too.
+                row["int8"] += int(m.get("bytes-up", 0))
+                row["fp32"] += int(m.get("bytes-up-fp32", 0))
+                row["down"] += int(m.get("bytes-down", 0))
+                row["uploads"] += int(m.get("uploaded", 1)) == 1
+        out[s] = {"members": per, "int8": sum(r["int8"] for r in per.values()),
+                  "fp32": sum(r["fp32"] for r in per.values()), "down": sum(r["down"] for r in per.values())}
+    return out
+
+
+def plot_rounds(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for s, hist in report["rounds"].items():
+        axes[0].plot([h["round"] for h in hist], [h["central"].get("trouble_score", math.nan) for h in hist],
+                     marker="o", label=s)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (name, info) in enumerate(report["members"].items()):
+        c = colours[k % len(colours)]
+        n = len(info["federated_val"])
+        axes[1].plot(range(1, n + 1), info["federated_val"], marker=".", color=c, label=f"{name} federated")
+        axes[1].plot(range(1, len(info["local_only_val"]) + 1), info["local_only_val"], ls="--", color=c,
+                     label=f"{name} local-only")
+    axes[0].set_title("hub: held-out trouble score vs kube-default (lower is better)")
+    axes[1].set_title("members: validation trouble score per round")
+    for ax in axes:
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,56 @@
+"""The main job's report as text: every member's evaluation table (:func:`table_rows`, also the
+HTML report's) and the console report (:func:`format_report`: the tables, the verdicts with the
+issue's goals, and the bytes sent).
+
+May import: the standard library only (it reads the report's plain dictionary).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _cell(v: dict[str, float]) -> str:
+    mean, ci = v["mean"], v["ci95"]
+    if abs(mean) >= 1000:
+        return f"{mean:,.0f} ± {ci:,.0f}"
+    return f"{mean:.3g} ± {ci:.2g}"
+
+
+def table_rows(report: dict[str, Any], name: str) -> tuple[list[str], list[list[str]]]:
+    """The member's evaluation table: a header and one row per policy (metrics that apply)."""
+    pols = report["clusters"][name]
+    metrics = [m for m in next(iter(pols.values())) if m != "runs"]
+    return ["policy", *metrics], [[p, *(_cell(ms[m]) for m in metrics)] for p, ms in pols.items()]
+
+
+def format_report(report: dict[str, Any]) -> str:
+    lines = []
+    for name in report["clusters"]:
+        info = report["members"][name]
+        tags = ", ".join(t for t, on in (("data-scarce", info["scarce"]),
+                                         (f"joins at round {info['joins_at']}", info["late"])) if on)
+        lines.append(f"\n{name}: {info['why']} ({info['nodes']} nodes, "
+                     f"{info['decisions_per_round']} decisions per round{', ' + tags if tags else ''}); "
+                     f"held-out test pods, replay, "
+                     f"{report['config']['eval_seeds']} seeds, mean ± 95% CI, lower is better")
+        header, rows = table_rows(report, name)
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        for r in [header, *rows]:
+            lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(
+                zip(r, widths, strict=True))))
+    lines.append("\nverdicts (personalised vs local-only and kube-default, seed-by-seed differences):")
+    for name, v in report["verdicts"].items():
+        parts = [f"{k}: {d['verdict']} ({d['diff']:+.3g} ± {d['ci95']:.2g})" for k, d in v.items()
+                 if isinstance(d, dict) and "verdict" in d]
+        extra = ""
+        if v.get("late"):
+            extra = (f"; rounds to local-only's final validation score: {v['rounds_to_local_only']} "
+                     f"(goal <= {v['rounds_budget']})")
+        lines.append(f"  {name}: {'no worse' if v['no_worse'] else 'WORSE'}; " + "; ".join(parts) + extra)
+        lines.append("    goals: " + "; ".join(f"{g}: {'met' if ok else 'MISSED'}"
+                                             for g, ok in v["goals"].items()))
+    for s, b in report["bytes"].items():
+        lines.append(f"\nbytes sent ({s}, summed over each member's own reports): int8 {b['int8']:,} vs fp32 "
+                     f"{b['fp32']:,} ({b['int8'] / max(b['fp32'], 1):.3f}x); received {b['down']:,}")
+    return "\n".join(lines)
