@@ -390,7 +390,7 @@ class ClusterCache:
             if uid in self.pods:
                 raise ValueError(f"pod {uid} is already bound to {self.pods[uid].node}")
             i = self.index[node]
-            if not self.state.feasible(pod)[i]:
+            if not self.state.feasible(pod, np.array([i]))[0]:
                 raise ValueError(f"pod {uid} does not fit on {node}")
             return self._account(uid, node, pod, created, time.time(), gpus, ref=ref)
 

@@ -68,7 +68,7 @@ from fedsched.common.learning.scorers import WeightScheduler
 from fedsched.common.model.cluster import MILLI_PER_GPU, Pod
 from fedsched.common.model.profiles import PROFILES, cluster_profile
 from fedsched.common.schedulers.base import NonFiniteScores, Ranking, rank
-from fedsched.common.schedulers.kube_default import KubeDefault
+from fedsched.common.schedulers.kube_default import kube_default_scores
 
 log = logging.getLogger("fedsched.serve")
 
@@ -223,7 +223,6 @@ class Decider:
         self.cfg = cfg or DeciderConfig()
         self.metrics = metrics or ServingMetrics()
         self.rng = np.random.default_rng(self.cfg.seed)
-        self.kube_default = KubeDefault()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedsched-policy")
         self.on_decision: list[Any] = []  # callables(pod_obj, Decision), e.g. the outcome log
         # Policy calls waiting or running on the worker: a request queues behind at most
@@ -590,7 +589,9 @@ class Decider:
         ok = ids[state.feasible(pod, ids) & cache.schedulable[ids]] if len(ids) else ids
         if not len(ok):
             return ok, np.zeros(0, dtype=np.int64), -1
-        raw = self.kube_default.score(state, pod, ok)
+        # the formula itself, not KubeDefault's per-shape cache of every node's score: this read
+        # runs without the lock, beside binds, and needs the candidates' scores alone
+        raw = kube_default_scores(state, pod, ok).astype(np.float64)
         ext = np.clip(np.floor(raw / 20.0 + 1e-9), 0, MAX_EXTENDER_SCORE).astype(np.int64)
         return ok, ext, int(ok[int(np.argmax(raw))])
 

@@ -67,6 +67,7 @@ from operator import getitem
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from fedsched.agent.cluster.cache import created_time, pod_ref
@@ -275,7 +276,7 @@ class ExtenderServer:
         cache = self.decider.cache
         with cache.lock:
             i = cache.index[node]
-            if not cache.state.feasible(pod)[i]:
+            if not cache.state.feasible(pod, np.array([i]))[0]:
                 raise ValueError(f"pod does not fit on {node}")
             return self.decider.models.current.scheduler.select_gpus(cache.state, pod, i)
 

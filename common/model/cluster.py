@@ -25,6 +25,9 @@ MAX_GPUS_PER_NODE = 8
 # and 200 MiB for *scoring* (never for fitting).
 DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST_MIB = 200
+FIT_CACHE_SIZE = 1024  # pod shapes whose feasibility a ClusterState keeps (cleared when full) ...
+FIT_CACHE_BYTES = 16 << 20  # ... and no more than this many bytes of them (9 bytes a node)
+FIT_SCALAR_MAX = 16  # up to this many changed nodes: feasible() checks them one by one in Python
 
 # QoS classes, lowest priority first. OOM kills the lowest class first.
 QOS_CLASSES = ("BE", "Burstable", "LS", "Guaranteed")
@@ -239,7 +242,9 @@ class ClusterState:
         self.gpu_free = np.where(self.gpu_exists, MILLI_PER_GPU, 0).astype(np.int64)
         self.alive = np.ones(n, dtype=bool)
         # Bumped on every allocate/release of a node: caches of per-node derived values
-        # (e.g. fragmentation) recompute only the nodes whose version moved.
+        # (fragmentation, feature columns, feasible(), kube-default's scores) recompute only the
+        # nodes whose version moved. Code that writes the request or GPU arrays directly must
+        # bump it too.
         self.version = np.zeros(n, dtype=np.int64)
         # Pods per node by GPU tag (GpuClustering's affinity): column 0 counts GPU-sharing
         # pods ("share-gpu"), column k pods taking k whole GPUs ("k-gpu").
@@ -254,6 +259,8 @@ class ClusterState:
         measured = use_source == USE_MEASURED
         self.cpu_measured = np.full(n, measured, dtype=bool)
         self.mem_measured = np.full(n, measured, dtype=bool)
+        # feasible()'s answers per pod shape, with the node versions they were computed at.
+        self._fit_cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     def copy(self) -> ClusterState:
         c = ClusterState.__new__(ClusterState)
@@ -264,6 +271,7 @@ class ClusterState:
                   "cpu_measured", "mem_measured"):
             setattr(c, k, getattr(self, k).copy())
         c.telemetry = self.telemetry
+        c._fit_cache = {}
         return c
 
     # ---- real use ------------------------------------------------------------------
@@ -315,11 +323,28 @@ class ClusterState:
 
     def feasible(self, pod: Pod, ids: np.ndarray | None = None) -> np.ndarray:
         """Boolean mask of the nodes where ``pod`` fits now (NodeResourcesFit + GPU share); with
-        ``ids``, of those nodes only (in their order), which costs a pass over them alone."""
+        ``ids``, of those nodes only (in their order), which costs a pass over them alone.
+
+        Over all nodes (``ids`` None) the answer is kept per pod shape (:meth:`fit_key`) and
+        only the nodes whose ``version`` moved since are checked again (requests and GPU shares
+        change only through :meth:`allocate` / :meth:`release`, which move it); ``alive`` is
+        applied on every call. The same booleans as a full pass."""
+        if ids is None:
+            return self._feasible_all(pod)
+        return self.alive[ids] & self._fits(pod, ids)
+
+    @staticmethod
+    def fit_key(pod: Pod) -> tuple[int, ...]:
+        """What feasibility depends on of a pod: two pods with the same key fit the same nodes."""
+        if pod.num_gpu == 0:
+            return (pod.cpu, pod.mem)
+        return (pod.cpu, pod.mem, pod.num_gpu, pod.gpu_milli, pod.spec_mask)
+
+    def _fits(self, pod: Pod, ids: np.ndarray | None) -> np.ndarray:
+        """Whether ``pod`` fits each node of ``ids`` (all: None) by requests and GPUs, alive or not."""
         sel = slice(None) if ids is None else ids
         nt = self.nodes
-        ok = (self.alive[sel] & ((nt.cpu[sel] - self.cpu_req[sel]) >= pod.cpu)
-              & ((nt.mem[sel] - self.mem_req[sel]) >= pod.mem))
+        ok = ((nt.cpu[sel] - self.cpu_req[sel]) >= pod.cpu) & ((nt.mem[sel] - self.mem_req[sel]) >= pod.mem)
         if pod.num_gpu == 0:
             return ok
         ok &= self.model_ok(pod, ids)
@@ -329,6 +354,47 @@ class ClusterState:
         else:
             ok &= (free >= MILLI_PER_GPU).sum(axis=1) >= pod.num_gpu
         return ok
+
+    def _feasible_all(self, pod: Pod) -> np.ndarray:
+        cache = self._fit_cache
+        key = self.fit_key(pod)
+        hit = cache.get(key)
+        # Each node's version is read before it is checked: an answer computed while an allocate
+        # moves the node is kept under the older version and checked again next time.
+        if hit is None:
+            if len(cache) >= min(FIT_CACHE_SIZE, max(1, FIT_CACHE_BYTES // (9 * max(len(self.version), 1)))):
+                cache.clear()
+            seen = self.version.copy()
+            hit = cache[key] = (self._fits(pod, None), seen)
+        else:
+            fits, seen = hit
+            stale = np.flatnonzero(seen != self.version)
+            if len(stale) > FIT_SCALAR_MAX:
+                v = self.version[stale]
+                fits[stale] = self._fits(pod, stale)
+                seen[stale] = v
+            elif len(stale):  # a few nodes changed (a bind, a departure): Python scalars beat numpy calls
+                for n in stale.tolist():
+                    v = self.version[n]
+                    fits[n] = self._fits_one(pod, n)
+                    seen[n] = v
+        return hit[0] & self.alive
+
+    def _fits_one(self, pod: Pod, n: int) -> bool:
+        """:meth:`_fits` of one node in Python scalars (integer comparisons: the same answer)."""
+        nt = self.nodes
+        if int(nt.cpu[n]) - int(self.cpu_req[n]) < pod.cpu or int(nt.mem[n]) - int(self.mem_req[n]) < pod.mem:
+            return False
+        if pod.num_gpu == 0:
+            return True
+        if pod.spec_mask != 0:
+            m = int(nt.model[n])
+            if m < 0 or not (pod.spec_mask >> m) & 1:
+                return False
+        free = self.gpu_free[n].tolist()
+        if pod.is_gpu_share:
+            return any(f >= pod.gpu_milli for f in free)
+        return sum(f >= MILLI_PER_GPU for f in free) >= pod.num_gpu
 
     # ---- mutation ------------------------------------------------------------------
     def allocate(self, node: int, pod: Pod, gpus: tuple[int, ...]) -> None:

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedsched.common.model.cluster import ClusterState, Pod
-from fedsched.common.schedulers.base import Scheduler, SchedulerArgs
+from fedsched.common.schedulers.base import Scheduler, SchedulerArgs, SchedulerContext
 
 MAX_NODE_SCORE = 100  # fwk.MaxNodeScore
 FIT_WEIGHT = 1  # default_plugins.go: NodeResourcesFit
@@ -136,14 +136,91 @@ def kube_default_scores(state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.
             + BALANCED_ALLOCATION_WEIGHT * balanced_allocation_v137(state, pod, nodes))
 
 
+def _least_requested_one(cap: int, req: int) -> int:
+    return max(cap - req, 0) * MAX_NODE_SCORE // max(cap, 1)
+
+
+def _balance_one(req_cpu: int, req_mem: int, cap_cpu: int, cap_mem: int) -> int:
+    if cap_cpu == 0 or cap_mem == 0:
+        return MAX_NODE_SCORE
+    std = abs(min(req_cpu / cap_cpu, 1.0) - min(req_mem / cap_mem, 1.0)) / 2
+    return int((1 - std) * float(MAX_NODE_SCORE))
+
+
+def kube_default_score_one(cap_cpu: int, cap_mem: int, cpu_req: int, mem_req: int, cpu_req_nz: int,
+                           mem_req_nz: int, pod: Pod) -> float:
+    """:func:`kube_default_scores` of one node from its totals, in Python scalars: the same
+    operations on the same IEEE doubles and integers (ints below 2**53 convert exactly, ``/`` is
+    correctly rounded either way, ``int()`` truncates as ``astype(int64)``), so the same value
+    (``tests/common/schedulers/test_sched_kube_default.py`` checks it against the vector form)."""
+    s_cpu = _least_requested_one(cap_cpu, cpu_req_nz + pod.cpu_nonzero)
+    s_mem = _least_requested_one(cap_mem, mem_req_nz + pod.mem_nonzero)
+    if cap_cpu == 0:
+        fit = s_mem
+    elif cap_mem == 0:
+        fit = s_cpu
+    else:
+        fit = (s_cpu * CPU_WEIGHT + s_mem * MEMORY_WEIGHT) // (CPU_WEIGHT + MEMORY_WEIGHT)
+    if pod.cpu == 0 and pod.mem == 0:
+        return float(FIT_WEIGHT * fit)
+    half = MAX_NODE_SCORE // 2
+    with_pod = _balance_one(cpu_req + pod.cpu, mem_req + pod.mem, cap_cpu, cap_mem)
+    without = _balance_one(cpu_req, mem_req, cap_cpu, cap_mem)
+    return float(FIT_WEIGHT * fit + BALANCED_ALLOCATION_WEIGHT * (half + (half + with_pod - without) // 2))
+
+
 @dataclass(frozen=True)
 class KubeDefaultArgs(SchedulerArgs):
     """kube-default has no knobs: the default profile is fixed by definition."""
 
 
+SCORE_CACHE_SIZE = 1024  # (state, pod shape) entries a KubeDefault keeps (cleared when full) ...
+SCORE_CACHE_BYTES = 32 << 20  # ... and no more than this many bytes of them (16 bytes a node)
+SCALAR_MAX = 12  # up to this many nodes to score again: the scalar form, else the vector form
+
+
 class KubeDefault(Scheduler):
+    """The default profile (module docstring). A node's score is a function of that node's
+    requests and capacity and of the pod's requests alone, so the scores over all nodes are
+    kept per (state, pod request shape) and only nodes whose ``ClusterState.version`` moved are
+    scored again: elementwise the same operations on the same operands, the same bits."""
+
     name = "kube-default"
     Args = KubeDefaultArgs
 
+    def __init__(self, ctx: SchedulerContext | None = None, args: SchedulerArgs | None = None) -> None:
+        super().__init__(ctx, args)
+        self._cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        # State serials are unique within one process only: a copy or a pickle (another
+        # process) starts with an empty cache.
+        return {**self.__dict__, "_cache": {}}
+
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
-        return kube_default_scores(state, pod, nodes).astype(np.float64)
+        key = (state.serial, len(state.nodes), pod.cpu, pod.mem, pod.cpu_nonzero, pod.mem_nonzero)
+        hit = self._cache.get(key)
+        # Each node's version is read before its score is computed: a score computed while an
+        # allocate moves the node is kept under the older version and computed again next time.
+        if hit is None:
+            n = len(state.nodes)
+            if len(self._cache) >= min(SCORE_CACHE_SIZE, max(1, SCORE_CACHE_BYTES // (16 * max(n, 1)))):
+                self._cache.clear()
+            seen = state.version.copy()
+            hit = self._cache[key] = (kube_default_scores(state, pod, np.arange(n)).astype(np.float64), seen)
+        else:
+            scores, seen = hit
+            stale = np.flatnonzero(seen != state.version)
+            if len(stale) > SCALAR_MAX:
+                v = state.version[stale]
+                scores[stale] = kube_default_scores(state, pod, stale)
+                seen[stale] = v
+            elif len(stale):  # a few nodes (one bind, a departure): Python scalars beat numpy calls
+                nt = state.nodes
+                for n in stale.tolist():
+                    v = state.version[n]
+                    scores[n] = kube_default_score_one(
+                        int(nt.cpu[n]), int(nt.mem[n]), int(state.cpu_req[n]), int(state.mem_req[n]),
+                        int(state.cpu_req_nz[n]), int(state.mem_req_nz[n]), pod)
+                    seen[n] = v
+        return hit[0][nodes]

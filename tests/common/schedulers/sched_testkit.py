@@ -94,6 +94,7 @@ def set_node_info(st: ClusterState, node: int, requested: tuple[int, int],
     nonzero = nonzero if nonzero is not None else requested
     st.cpu_req[node], st.mem_req[node] = requested
     st.cpu_req_nz[node], st.mem_req_nz[node] = nonzero
+    st.version[node] += 1  # a direct write: the per-node caches must see it (ClusterState.version)
 
 
 def all_nodes(st: ClusterState) -> np.ndarray:

@@ -185,3 +185,77 @@ def test_sharing_pod_gets_the_best_fitting_gpu():
     st.allocate(0, pod(num_gpu=1, gpu_milli=500), (3,))  # GPU3 500 free
     p = place(KubeDefault(), st, pod(num_gpu=1, gpu_milli=400), np.random.default_rng(0))
     assert (p.node, p.gpus) == (0, (3,))
+
+
+# ---- the cached and scalar forms (issue 22: a faster engine, the same scores) -------------------
+
+
+def _random_state(rng: np.random.Generator, n: int):
+    cpu = rng.choice([0, 1000, 4000, 32000, 96000], n).tolist()
+    mem = rng.choice([0, 1024, 8192, 262144], n).tolist()
+    st = state(cpu=cpu, mem=mem)
+    for j in range(n):
+        req = (int(rng.integers(0, 2 * cpu[j] + 2)), int(rng.integers(0, 2 * mem[j] + 2)))
+        set_node_info(st, j, req, (req[0] + int(rng.integers(0, 300)), req[1] + int(rng.integers(0, 300))))
+    return st
+
+
+def test_scalar_score_is_the_vector_score_bit_for_bit() -> None:
+    """kube_default_score_one (the cache's few-node path) against kube_default_scores: equal
+    floats over random totals, zero capacities, over-commitment and best-effort pods."""
+    from fedsched.common.schedulers.kube_default import kube_default_score_one, kube_default_scores
+
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        st = _random_state(rng, 40)
+        for p in (pod(cpu=int(rng.integers(0, 5000)), mem=int(rng.integers(0, 9000))), pod(), pod(cpu=7),
+                  pod(mem=300)):
+            vec = kube_default_scores(st, p, all_nodes(st)).astype(np.float64)
+            one = [kube_default_score_one(int(st.nodes.cpu[j]), int(st.nodes.mem[j]), int(st.cpu_req[j]),
+                                          int(st.mem_req[j]), int(st.cpu_req_nz[j]), int(st.mem_req_nz[j]), p)
+                   for j in range(len(st.nodes))]
+            assert vec.tobytes() == np.array(one, dtype=np.float64).tobytes()
+
+
+def test_cached_scores_follow_every_change() -> None:
+    """KubeDefault keeps scores per (state, pod shape) and re-scores the nodes whose version
+    moved: after binds and releases of few or many nodes its answer is a fresh computation's."""
+    from fedsched.common.schedulers.kube_default import SCALAR_MAX, kube_default_scores
+
+    rng = np.random.default_rng(1)
+    st = state(cpu=[4000 + 1000 * (j % 5) for j in range(50)], mem=[8192 + 512 * (j % 7) for j in range(50)])
+    sched = KubeDefault()
+    shapes = [pod(cpu=500, mem=1024), pod(cpu=1500, mem=256), pod(), pod(cpu=100)]
+    bound: list[tuple[int, object]] = []
+    for step in range(200):
+        p = shapes[step % len(shapes)]
+        nodes = np.flatnonzero(st.feasible(p))
+        assert np.array_equal(nodes, np.flatnonzero(st._fits(p, None) & st.alive))
+        got = sched.score(st, p, nodes)
+        assert got.tobytes() == kube_default_scores(st, p, nodes).astype(np.float64).tobytes()
+        k = 1 if step % 10 else SCALAR_MAX + 5  # sometimes more nodes change than the scalar path takes
+        for _ in range(k):
+            if bound and rng.random() < 0.4:
+                j, q = bound.pop(int(rng.integers(len(bound))))
+                st.release(j, q, ())
+            else:
+                q = shapes[int(rng.integers(len(shapes)))]
+                ok = np.flatnonzero(st.feasible(q))
+                if len(ok):
+                    j = int(rng.choice(ok))
+                    st.allocate(j, q, ())
+                    bound.append((j, q))
+        st.alive[int(rng.integers(50))] = bool(rng.random() < 0.9)
+
+
+def test_a_pickled_or_copied_kube_default_starts_with_an_empty_cache() -> None:
+    """State serials are per process: the score cache never travels with the scheduler."""
+    import copy
+    import pickle
+
+    st = state(cpu=[4000, 8000], mem=[8192, 8192])
+    sched = KubeDefault()
+    sched.score(st, pod(cpu=100, mem=100), all_nodes(st))
+    assert sched._cache
+    for other in (pickle.loads(pickle.dumps(sched)), copy.deepcopy(sched), copy.copy(sched)):
+        assert other._cache == {} and sched._cache
