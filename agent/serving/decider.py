@@ -235,12 +235,12 @@ class Decider:
         self.metrics.set_model(models.version, models.current.path)
         models.prepare = self.warm_up
         models.on_change = self._model_changed
-        models.on_error = lambda _msg: self.metrics.reloads.labels(result="error").inc()
+        models.on_error = lambda reason, _msg: self.metrics.reloads.labels("error", reason).inc()
         self.warm_up()
 
     def _model_changed(self, model: LoadedModel) -> None:
         self.metrics.set_model(model.version, model.path)
-        self.metrics.reloads.labels(result="ok").inc()
+        self.metrics.reloads.labels(result="ok", reason="").inc()
 
     def _profile(self) -> str:
         """The cluster's profile from its node inventory, recomputed only when the cache builds a

@@ -17,7 +17,8 @@ answers a neutral result (filter: every node passes with ``Error`` set, which an
 
 Also served: ``GET /metrics`` (Prometheus), ``/healthz`` (the process answers), ``/readyz``
 (200 once the cache is synced and a model is loaded), ``/openapi.json`` (the verbs' schema),
-``POST /admin/reload`` (reload the policy file; optional JSON ``{"path": "..."}``).
+``POST /admin/reload`` (reload the policy file; optional JSON ``{"path": "..."}``; a body of the
+wrong shape gets a 400, a file that cannot be served a 422, and the old model stays).
 
 Transport: HTTP/1.1 keep-alive (kube-scheduler reuses connections) with Nagle's algorithm
 off (otherwise every response waits ~40 ms for a delayed ACK), one thread per connection
@@ -73,6 +74,7 @@ import orjson
 from fedsched.agent.cluster.cache import created_time, pod_ref
 from fedsched.agent.cluster.k8s_objects import ObjectError, node_from_json, node_table
 from fedsched.agent.serving.decider import MAX_EXTENDER_SCORE, Decider
+from fedsched.common.learning.checkpoint import CheckpointError
 from fedsched.common.model.cluster import Pod
 
 log = logging.getLogger("fedsched.serve")
@@ -631,12 +633,17 @@ class _Connection(socketserver.StreamRequestHandler):
             elif verb == "preempt":
                 out = server.preempt(body)
             else:
-                path_arg = body.get("path") if isinstance(body, dict) else None
-                changed, msg = decider.models.reload(path_arg)
-                out = {"changed": changed, "message": msg, "model_version": decider.models.version}
+                out = self._reload(body)
             data = out if isinstance(out, bytes) else dumps(out)
         except BadRequest as e:
             code, data = 400, dumps({"Error": f"fedsched: bad {verb} request: {e}"})
+            if verb == "reload":  # counted as a failed reload, not as a decision's fallback
+                decider.metrics.reloads.labels(result="error", reason="bad_request").inc()
+                data = dumps({"Error": f"fedsched: bad reload request: {e}", "changed": False,
+                              "model_version": decider.models.version})
+        except CheckpointError as e:  # /admin/reload of a file that cannot be served: counted by the store
+            code, data = 422, dumps({"Error": f"fedsched: reload refused, the model stays: {e}",
+                                     "changed": False, "model_version": decider.models.version})
         except Exception as e:  # never a 5xx: a neutral answer, counted
             log.exception("internal error in %s", verb)
             decider.metrics.fallbacks.labels(reason="internal", model_version=decider.models.version).inc()
@@ -648,6 +655,19 @@ class _Connection(socketserver.StreamRequestHandler):
         if h is None:
             h = self.latencies[verb, version] = self.metrics.latency.labels(verb=verb, model_version=version)
         h.observe(time.perf_counter() - t0)
+
+    def _reload(self, body: Any) -> dict[str, Any]:
+        """``POST /admin/reload``: the policy file again, or ``{"path": "..."}``. A body of the wrong
+        shape is a :class:`BadRequest`; a file that cannot be served raises its
+        :class:`CheckpointError` (counted by the model store) and the old model stays."""
+        models = self.decider.models
+        if body is not None and not isinstance(body, dict):
+            raise BadRequest(f"the body must be a JSON object, not {type(body).__name__}")
+        path_arg = (body or {}).get("path")
+        if path_arg is not None and not isinstance(path_arg, str):
+            raise BadRequest(f"path must be a string, not {type(path_arg).__name__}")
+        changed, msg = models.reload(path_arg, strict=True)
+        return {"changed": changed, "message": msg, "model_version": models.version}
 
     def _neutral(self, verb: str, e: Exception) -> bytes:
         error = {"Error": f"fedsched: internal error ({type(e).__name__})"}

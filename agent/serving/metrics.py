@@ -91,7 +91,11 @@ class ServingMetrics:
             "fedsched_model_loaded_timestamp_seconds", "When the model was loaded", registry=r
         )
         self.reloads = Counter(
-            "fedsched_model_reloads_total", "Model reloads by result", ["result"], registry=r
+            "fedsched_model_reloads_total",
+            "Model reloads by result; a failed one (the old model serves on) by reason: missing, "
+            "unreadable, schema, malformed, non_finite, bad_request (/admin/reload's body) or internal",
+            ["result", "reason"],
+            registry=r,
         )
         self.telemetry_up = Gauge(
             "fedsched_telemetry_up",

@@ -5,10 +5,12 @@
 digits of the file's SHA-256, so the same weights always carry the same version wherever
 they run. :meth:`ModelStore.reload` loads the file again and swaps the scorer in one
 reference assignment: a request that already holds the old scorer finishes with it, the next
-one gets the new one, nothing waits or fails. A reload that fails (corrupt file, other
-feature schema) keeps the old model and says why. :meth:`ModelStore.watch` polls the file
-(size and mtime) and reloads on change: a federation round writes the personalised weights
-with an atomic rename, so the watcher never reads a half-written file.
+one gets the new one, nothing waits or fails. A reload that fails, whatever the fault (corrupt
+file, other feature schema, a tensor of the wrong shape, NaN or infinite weights), keeps the old
+model, logs why and reports it to ``on_error`` with a reason (the reload metrics' label).
+:meth:`ModelStore.watch` polls the file (size and mtime) and reloads on change: a federation
+round writes the personalised weights with an atomic rename, so the watcher never reads a
+half-written file, and a bad file never stops it: the next good one is loaded.
 """
 
 from __future__ import annotations
@@ -54,16 +56,24 @@ def file_version(path: Path) -> str:
 
 
 def load_model(path: Path, backend: str = "numpy") -> LoadedModel:
-    """Raises :class:`CheckpointError` when the file cannot be served."""
+    """Raises :class:`CheckpointError` (naming the file and the fault) when the file cannot be
+    served, whatever the fault."""
     from fedsched.common.learning.checkpoint import load_checkpoint, typical_from_dict
 
     if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint")
-    version = file_version(path)
+        raise CheckpointError(f"{path}: no such checkpoint", "missing")
+    try:
+        version = file_version(path)
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise CheckpointError(f"{path}: cannot be read ({why})", "unreadable") from e
     policy, meta, _ = load_checkpoint(path)
-    typical = typical_from_dict(meta.get("typical_pods"))
-    options = {"backend": backend} if kind_of(policy) == NODE_SCORING else {}
-    sched = scorer_for(policy, typical, SchedulerContext(), name=f"{path.name}@{version}", **options)
+    try:
+        typical = typical_from_dict(meta.get("typical_pods"))
+        options = {"backend": backend} if kind_of(policy) == NODE_SCORING else {}
+        sched = scorer_for(policy, typical, SchedulerContext(), name=f"{path.name}@{version}", **options)
+    except Exception as e:  # the checkpoint loaded but makes no scorer
+        raise CheckpointError(f"{path}: cannot be served ({type(e).__name__}: {e})") from e
     return LoadedModel(sched, version, str(path), time.time(), meta)
 
 
@@ -77,7 +87,7 @@ class ModelStore:
         self.backend = backend
         self.on_change = on_change  # called with the new model after a swap
         self.prepare: Callable[[LoadedModel], None] | None = None  # called before a swap (warm-up)
-        self.on_error: Callable[[str], None] | None = None  # called when a reload fails
+        self.on_error: Callable[[str, str], None] | None = None  # (reason, message) when a reload fails
         self.current = load_model(self.path, backend)
         self._stamp = self._file_stamp()
         self._stop = threading.Event()
@@ -95,26 +105,41 @@ class ModelStore:
             return None
         return st.st_mtime_ns, st.st_size
 
-    def reload(self, path: str | None = None) -> tuple[bool, str]:
-        """(changed, message). Loads ``path`` (default: the current file) and swaps it in."""
+    def reload(self, path: str | None = None, strict: bool = False) -> tuple[bool, str]:
+        """(changed, message). Loads ``path`` (default: the current file) and swaps it in.
+
+        Any failure keeps the current model, is logged and reported to ``on_error``; then
+        ``strict`` raises it as a :class:`CheckpointError` (``/admin/reload`` answers it with a
+        4xx), otherwise ``(False, why)`` comes back.
+        """
         with self._lock:
-            target = resolve_policy_path(path) if path else self.path
+            target = self.path
             try:
+                target = resolve_policy_path(path) if path else self.path
                 new = load_model(target, self.backend)
-            except (CheckpointError, OSError) as e:
+                unchanged = new.version == self.current.version and new.path == self.current.path
+                if not unchanged and self.prepare is not None:
+                    self.prepare(new)
+            except Exception as e:  # whatever the fault: the old model serves on
                 if target == self.path:
                     self._stamp = self._file_stamp()  # retried when the file changes again
-                log.warning("model reload from %s failed, keeping %s: %s", target, self.current.version, e)
+                error = e if isinstance(e, CheckpointError) else CheckpointError(
+                    f"{target}: cannot be loaded ({type(e).__name__}: {e})",
+                    "unreadable" if isinstance(e, OSError) else "internal")
+                log.warning("model reload from %s failed (%s), keeping %s: %s",
+                            target, error.reason, self.current.version, error)
                 if self.on_error is not None:
-                    self.on_error(str(e))
-                return False, str(e)
+                    self.on_error(error.reason, str(error))
+                if strict and error is e:
+                    raise
+                if strict:
+                    raise error from e
+                return False, str(error)
             old = self.current
             self.path = target
             self._stamp = self._file_stamp()
-            if new.version == old.version and new.path == old.path:
+            if unchanged:
                 return False, f"unchanged ({old.version})"
-            if self.prepare is not None:
-                self.prepare(new)
             self.current = new
             log.info("model reloaded: %s -> %s from %s", old.version, new.version, target)
             if self.on_change is not None:
@@ -130,7 +155,10 @@ class ModelStore:
             while not self._stop.wait(interval_s):
                 stamp = self._file_stamp()
                 if stamp is not None and stamp != self._stamp:
-                    self.reload()
+                    try:
+                        self.reload()
+                    except Exception:  # on_change failing after the swap: the watcher goes on
+                        log.exception("model watcher: reload of %s failed", self.path)
 
         self._thread = threading.Thread(target=loop, name="fedsched-model-watch", daemon=True)
         self._thread.start()

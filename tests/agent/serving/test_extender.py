@@ -363,7 +363,8 @@ def test_hot_reload_swaps_weights_without_dropping_a_request(openb, tmp_path):
         assert status == 404
         status, raw = c.raw("POST", "/admin/reload", b"{}")
         body = json.loads(raw)
-        assert status == 200 and body["changed"] is False and body["model_version"] == v1
+        assert status == 422 and body["changed"] is False and body["model_version"] == v1
+        assert "not a readable fedsched checkpoint" in body["Error"]
     assert v1 != v0 and not errors and answered[0] > 10
     assert metric(text, "fedsched_model_info", model_version=v1) == 1
     assert metric(text, "fedsched_decisions_total", model_version=v1) > 0
