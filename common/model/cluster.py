@@ -262,6 +262,14 @@ class ClusterState:
         # feasible()'s answers per pod shape, with the node versions they were computed at.
         self._fit_cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
+    def __setstate__(self, d: dict) -> None:
+        # A deep copy or an unpickled state is another state: a serial of its own (a cache keyed
+        # on the original's would give the copy's diverging nodes the original's answers, and a
+        # serial from another process may name one of this process's states) and no cache.
+        self.__dict__.update(d)
+        self.serial = next(_STATE_SERIAL)
+        self._fit_cache = {}
+
     def copy(self) -> ClusterState:
         c = ClusterState.__new__(ClusterState)
         c.nodes = self.nodes

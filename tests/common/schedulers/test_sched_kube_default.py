@@ -259,3 +259,28 @@ def test_a_pickled_or_copied_kube_default_starts_with_an_empty_cache() -> None:
     assert sched._cache
     for other in (pickle.loads(pickle.dumps(sched)), copy.deepcopy(sched), copy.copy(sched)):
         assert other._cache == {} and sched._cache
+
+
+def test_a_deep_copied_or_unpickled_state_gets_its_own_serial_and_fresh_scores() -> None:
+    """The score cache keys on the state's serial: a deep copy (or a state from another process)
+    that then diverges from the original must never be answered from the original's entries."""
+    import copy
+    import pickle
+
+    from fedsched.common.model.cluster import Pod
+    from fedsched.common.schedulers.kube_default import KubeDefault, kube_default_scores
+    from tests.common.schedulers.sched_testkit import pod, state
+
+    st = state(cpu=[8000, 8000, 16000], mem=[16384, 32768, 16384], gpu=[0, 0, 0])
+    sched = KubeDefault()
+    p: Pod = pod(cpu=1000, mem=2048)
+    every = np.arange(3)
+    sched.score(st, p, every)  # cache the original's scores
+    for other in (copy.deepcopy(st), pickle.loads(pickle.dumps(st))):
+        assert other.serial != st.serial and other._fit_cache == {}
+        st.allocate(0, pod(cpu=4000, mem=1024), ())  # the two states diverge at equal versions
+        other.allocate(0, pod(cpu=500, mem=8192), ())
+        for s_ in (st, other):
+            fresh = kube_default_scores(s_, p, every).astype(np.float64)
+            assert np.array_equal(sched.score(s_, p, every), fresh)
+            assert np.array_equal(s_.feasible(p), s_.alive & s_._fits(p, every))
