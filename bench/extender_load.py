@@ -141,7 +141,7 @@ def main() -> int:
         nodes = load_nodes(csv_path)
         pods = load_pods(builtin_trace("openb_pod_list_default.csv"), nodes, allow_oversized=True)
         select_gpus = ModelStore(args.policy).current.scheduler.select_gpus
-        serve_args = ["--policy", args.policy, "--cluster-csv", str(csv_path), "--insecure"]
+        serve_args = ["--policy", args.policy, "--cluster-csv", str(csv_path), "--insecure", "--gate", "off"]
 
         def fresh_workload() -> Workload:
             return Workload(nodes, pods, Mirror(nodes, select_gpus), np.random.default_rng(args.seed))

@@ -4,9 +4,10 @@ client (``http.client`` keep-alive, Nagle off) pinned to another.
 
 The workload is the one of the issue: the 1,523-node openb cluster (``openb_node_list_all_node
 .csv``, served by ``fedsched serve --policy learned --cluster-csv`` in local mode, the roll-out
-gate on ``auto`` as shipped), openb pods of the ``fedsched`` profile (``spec.schedulerName:
-fedsched``, so the policy really runs; ``pod_to_json``'s realistic Pod bodies), 500 candidates
-per request sampled from the nodes where the pod fits (``NodeNames``, nodeCacheCapable). The two
+gate off: the policy's own path is what is timed, whatever its evidence says), openb pods of the
+``fedsched`` profile (``spec.schedulerName: fedsched``, so the policy really runs;
+``pod_to_json``'s realistic Pod bodies), 500 candidates per request sampled from the nodes where
+the pod fits (``NodeNames``, nodeCacheCapable). The two
 servers are timed in alternating rounds of back-to-back prioritize requests on one connection
 each (``bench/extender/speed.py``); the figures are the median and p99 latency over every round,
 requests/s (median over rounds) and the ratios fedsched / minimal. With ``--baseline-tree DIR``
@@ -113,7 +114,7 @@ def main() -> int:
         "fitting_candidate_share": float(np.mean(wl.fit_share)),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    serve_args = ["--policy", args.policy, "--cluster-csv", str(csv_path), "--insecure"]
+    serve_args = ["--policy", args.policy, "--cluster-csv", str(csv_path), "--insecure", "--gate", "off"]
     tmpdir = tempfile.TemporaryDirectory(prefix="fedsched-extender-speed-")
     with tmpdir as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)

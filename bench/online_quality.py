@@ -21,22 +21,33 @@ Schedulers (columns):
   a heuristic beats it, the heuristic's measurement of current use carries what it ignores.
   The ``oracle vs best`` column is its relative gap to the best heuristic per metric.
 
-Scenarios (rows of :data:`SCENARIOS`; ``--quick`` uses the smaller variant of each): the
-synthetic member profiles (``common/model/synthetic.py``) and the openb trace, each at a
-requested load where kube-default really runs into trouble (60-85% of capacity, daily peaks,
-bursting best-effort pods). Every run is one ``fedsched.common.sim.evaluate`` run (the same
-harness as ``fedsched evaluate``): the pods are split by a stable hash of their names, the
-schedulers' statistics come from the train part and the replayed workload is the held-out
-*test* part (30%). The requested load is the test workload's, solved by the replay's
-``target_load`` (an unreachable target is an error); the reached load is printed
-(``offered_load_pct``), with kube-default's hot CPU node-time as a share of all node-time.
+Scenarios (rows of :data:`SCENARIOS`): the synthetic member profiles
+(``common/model/synthetic.py``) and the openb trace at the sizes real clusters have (web 200
+nodes, GPU training 100, edge 40, openb a 150-node slice: see its note), 24 h or more of trace
+each, at a requested load where kube-default really runs into trouble (85% of capacity, daily
+peaks, bursting best-effort pods). ``--quick`` uses 8-10-node variants: a smoke test of the
+benchmark, never a result (their intervals cannot separate the oracle from kube-default).
+Every run is one ``fedsched.common.sim.evaluate`` run (the same harness as ``fedsched evaluate``):
+the pods are split by a stable hash of their names, the schedulers' statistics come from the train
+part and the replayed workload is the held-out *test* part (30%). The requested load is the test
+workload's, solved by the replay's ``target_load`` (an unreachable target is an error); the
+reached load is printed (``offered_load_pct``), with kube-default's hot CPU node-time as a share
+of all node-time.
 
     python bench/online_quality.py [--quick] [--seeds N] [--scenarios web,gpu] [--json OUT]
 
-``--quick`` (3 seeds, the quick variants) takes about 75 s on a shared 2-core machine; the full
-run (10 seeds) about 5 minutes. Progress goes to stderr, tables to stdout; ``--json`` writes
-every run (per seed), the aggregates, the scenario parameters and the provenance (commit, dirty
-files, machine). ``--policies`` adds learned policies (checkpoints) as further columns.
+Every scheduler is also compared with kube-default seed by seed (one seed replays one workload
+for every scheduler, so the difference is the decisions' alone): the second table of each
+scenario gives the paired trouble score (``fedsched.common.sim.paired``, the comparison the
+roll-out gate and the federation's verdicts use) and each trouble metric's log ratio, mean ± 95%
+half-width, then the benchmark's checks of its own power (:func:`acceptance`): the oracle's gap in
+hot CPU node-time separated from 0 where it is 10% or more, every trouble half-width at most
+0.05, prefer-hot significantly worse on every headline figure.
+
+Progress goes to stderr, tables to stdout; ``--json`` writes every run (per seed), the
+aggregates, the paired figures with their per-seed values, the checks, the scenario parameters
+and the provenance (commit, dirty files, machine). ``--policies`` adds learned policies
+(checkpoints) as further columns.
 """
 
 from __future__ import annotations
@@ -46,27 +57,21 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 from harness.provenance import git_commit, machine, strict_json, write_json
 
 from fedsched.common.model.load_metrics import LOAD_METRICS
-from fedsched.common.model.metrics import HIGHER_IS_BETTER, LEGACY_COUNTERS
-from fedsched.common.model.synthetic import generate_cluster
-from fedsched.common.model.traces import (
-    builtin_trace,
-    fits_somewhere,
-    load_nodes,
-    load_pods,
-    slice_cluster,
-    split_by_hash,
-)
+from fedsched.common.model.metrics import HIGHER_IS_BETTER, LEGACY_COUNTERS, TROUBLE_SMOOTHING
+from fedsched.common.model.traces import split_by_hash
 from fedsched.common.schedulers import BASELINES, LEARNED, LEARNED_ONLINE, LEARNED_TD3, SchedulerContext
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate, make_policy
+from fedsched.common.sim.paired import TROUBLE
 from fedsched.common.sim.replay import ReplayConfig, replay_workload
 from fedsched.common.sim.replay.oracle import ORACLE
+from fedsched.common.sim.scenarios import SCENARIOS, TEST_FRACTION, Scenario, build
 
 HEURISTICS = [
     "kube-default", "target-load-packing", "load-variation-risk-balancing", "koordinator-load-aware",
@@ -76,90 +81,8 @@ HEURISTICS = [
 LEARNED_POLICIES = [LEARNED, LEARNED_TD3, LEARNED_ONLINE]
 POLICIES = [*HEURISTICS, "prefer-hot", ORACLE, *LEARNED_POLICIES]
 assert all(p in BASELINES for p in HEURISTICS)
-TEST_FRACTION = 0.3
 # Rows of the table: the online metrics, then pending and failures, then the legacy counters.
 ROWS = [*LOAD_METRICS, "failed_pods", "pending_p99_s", "util_mean", *LEGACY_COUNTERS]
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One size of a scenario: how the cluster is built and replayed."""
-
-    cluster: dict[str, Any]  # synthetic: generate_cluster overrides; openb: {"slice": k, "pods": list}
-    replay: dict[str, Any]  # ReplayConfig fields
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    source: str  # a synthetic profile name, or "openb"
-    seed: int  # generator seed (synthetic) or node-slice seed (openb)
-    why: str
-    full: Variant
-    quick: Variant
-    notes: list[str] = field(default_factory=list)
-
-    def variant(self, quick: bool) -> Variant:
-        return self.quick if quick else self.full
-
-
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario(
-        "web", "web", 7,
-        "CPU-only web serving with 1-core median services (up to 8 cores): 85% of CPU requested, "
-        "arrivals with a daily cycle (rate 1.3:0.7), the usage model's class-wide afternoon peak",
-        full=Variant({"n_nodes": 8, "n_pods": 15000, "trace_hours": 72.0, "cpu_median_milli": 1000.0,
-                      "cpu_max_milli": 8000, "diurnal_amplitude": 0.3}, {"target_load": 0.85}),
-        quick=Variant({"n_nodes": 8, "n_pods": 5000, "trace_hours": 24.0, "cpu_median_milli": 1000.0,
-                       "cpu_max_milli": 8000, "diurnal_amplitude": 0.3}, {"target_load": 0.85})),
-    Scenario(
-        "gpu", "gpu", 7,
-        "GPU training and inference with CPU-side work: 40% CPU-only pods of 8 cores (data "
-        "preparation), 30% GPU-sharing pods, jobs with 8 cores per GPU, 25% best-effort pods; "
-        "85% of the GPUs requested",
-        full=Variant({"n_nodes": 10, "n_pods": 2400, "cores_per_gpu_median": 8.0, "cpu_pod_fraction": 0.4,
-                      "share_fraction": 0.3, "cpu_pod_cpu_median_milli": 8000.0,
-                      "qos_weights": (0.25, 0.45, 0.2, 0.1), "trace_hours": 48.0}, {"target_load": 0.85}),
-        quick=Variant({"n_nodes": 10, "n_pods": 1200, "cores_per_gpu_median": 8.0, "cpu_pod_fraction": 0.4,
-                       "share_fraction": 0.3, "cpu_pod_cpu_median_milli": 8000.0,
-                       "qos_weights": (0.25, 0.45, 0.2, 0.1), "trace_hours": 24.0}, {"target_load": 0.85}),
-        notes=["target_load is measured in GPU (the cluster has GPUs)"]),
-    Scenario(
-        "edge", "edge", 7,
-        "small edge nodes (4-8 cores) with 0.6-core median pods: 85% of CPU requested, half the pods "
-        "best-effort (bursting into idle CPU up to 4x their request), arrivals in bursts of a minute",
-        full=Variant({"n_nodes": 8, "n_pods": 6000, "gpu_node_fraction": 0.0, "trace_hours": 24.0,
-                      "cpu_median_milli": 600.0, "cpu_max_milli": 3000, "mem_median_mib": 512.0},
-                     {"target_load": 0.85}),
-        quick=Variant({"n_nodes": 8, "n_pods": 2000, "gpu_node_fraction": 0.0, "trace_hours": 8.0,
-                       "cpu_median_milli": 600.0, "cpu_max_milli": 3000, "mem_median_mib": 512.0},
-                      {"target_load": 0.85}),
-        notes=["gpu_node_fraction 0: target_load is then CPU (with edge GPUs it would be GPU share)"]),
-    Scenario(
-        "openb", "openb", 7,
-        "the openb default trace (42% best-effort pods) on a node slice of the full cluster (CPU and "
-        "GPU nodes), durations scaled to 85% of the GPUs requested",
-        full=Variant({"slice": 60, "pods": "openb_pod_list_default.csv"},
-                     {"start_quantile": 0.01, "time_compression": 10.0, "target_load": 0.85}),
-        quick=Variant({"slice": 60, "pods": "openb_pod_list_default.csv"},
-                      {"start_quantile": 0.01, "time_compression": 10.0, "target_load": 0.85,
-                       "max_pods": 1200}),
-        notes=["node slice of openb_node_list_all_node.csv (slice_cluster, seed = scenario seed); "
-               "pods that fit no node of the slice dropped; target_load is measured in GPU"]),
-)}
-
-
-def build(sc: Scenario, quick: bool) -> EvalSpec:
-    """The scenario's cluster and pod list as an :class:`EvalSpec` (policies and seeds empty)."""
-    v = sc.variant(quick)
-    if sc.source == "openb":
-        all_nodes = load_nodes(builtin_trace("openb_node_list_all_node.csv"))
-        nodes = slice_cluster(all_nodes, int(v.cluster["slice"]), sc.seed)
-        pods = fits_somewhere(load_pods(builtin_trace(v.cluster["pods"]), all_nodes), nodes)
-    else:
-        nodes, pods = generate_cluster(sc.source, sc.seed, **dict(v.cluster))
-    return EvalSpec(nodes=nodes, pods=pods, policies=[], seeds=[], mode="replay",
-                    test_fraction=TEST_FRACTION, replay_options=dict(v.replay))
 
 
 def describe(sc: Scenario, spec: EvalSpec, quick: bool) -> dict[str, Any]:
@@ -250,11 +173,93 @@ def table(name: str, res: dict[str, Any], info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+PAIRED_COLUMNS = (TROUBLE, *TROUBLE_SMOOTHING)
+HEADLINE = (TROUBLE, "hot_cpu_node_s", "throttled_cpu_core_s")
+"""The figures on which prefer-hot must lose to kube-default, significantly (the benchmark's own
+check: a metric prefer-hot does not lose on cannot tell a good scheduler from a bad one)."""
+TROUBLE_HALF_WIDTH = 0.05  # the paired 95% half-width of the trouble score every policy must reach
+ORACLE_MIN_GAP = 0.10  # an oracle gap in hot CPU node-time of 10% or more must be significant
+
+
+def _paired_cell(x: dict[str, Any]) -> str:
+    return "n/a" if x["mean"] != x["mean"] else f"{x['mean']:+.3f} ± {x['ci95']:.3f}"
+
+
+def paired_figure(paired: dict[str, Any], metric: str) -> dict[str, Any]:
+    """The trouble score, or a trouble metric's log ratio, from one policy's paired figures."""
+    return paired[TROUBLE] if metric == TROUBLE else paired["log_ratio"][metric]
+
+
+def acceptance(res: dict[str, Any]) -> dict[str, Any]:
+    """The benchmark's power, per scenario: does it separate what must be separated?
+
+    - ``oracle_hot``: where the oracle's mean gap in hot CPU node-time to kube-default is 10% or
+      more (``|exp(mean log ratio) - 1|``), its paired 95% interval excludes 0;
+    - ``trouble_half_width``: every policy's paired 95% half-width of the trouble score is at
+      most 0.05 (the policies above it listed with their widths);
+    - ``prefer_hot_worse``: prefer-hot is significantly worse than kube-default on every
+      :data:`HEADLINE` figure.
+    A goal whose policy did not run is ``None``.
+    """
+    paired = res.get("paired", {})
+    out: dict[str, Any] = {}
+    if ORACLE in paired:
+        hot = paired[ORACLE]["log_ratio"]["hot_cpu_node_s"]
+        gap = math.expm1(hot["mean"]) if hot["mean"] == hot["mean"] else math.nan
+        needs = abs(gap) >= ORACLE_MIN_GAP
+        out["oracle_hot"] = {"log_ratio": hot["mean"], "ci95": hot["ci95"], "gap": gap,
+                             "must_separate": needs, "met": (hot["verdict"] != "tie") if needs else True}
+    widths = {p: d[TROUBLE]["ci95"] for p, d in paired.items()}
+    wide = {p: w for p, w in widths.items() if not w <= TROUBLE_HALF_WIDTH}
+    out["trouble_half_width"] = {"goal": TROUBLE_HALF_WIDTH, "widths": widths, "too_wide": wide,
+                                 "met": not wide if widths else None}
+    if "prefer-hot" in paired:
+        v = {m: paired_figure(paired["prefer-hot"], m)["verdict"] for m in HEADLINE}
+        out["prefer_hot_worse"] = {"verdicts": v, "met": all(x == "worse" for x in v.values())}
+    return out
+
+
+def paired_table(res: dict[str, Any]) -> str:
+    """Each policy against kube-default seed by seed: the trouble score and each trouble metric's
+    log ratio, mean ± 95% half-width, with the verdict on the trouble score; then the checks."""
+    paired = res.get("paired", {})
+    if not paired:
+        return ""
+    pols = [p for p in POLICIES if p in paired] + [p for p in paired if p not in POLICIES]
+    head = {TROUBLE: "trouble score", **{m: f"log {m}" for m in TROUBLE_SMOOTHING}}
+    cells = {(p, c): _paired_cell(paired_figure(paired[p], c)) for p in pols for c in PAIRED_COLUMNS}
+    w0 = max(len(p) for p in pols) + 2
+    widths = {c: max(len(head[c]), *(len(cells[p, c]) for p in pols)) + 2 for c in PAIRED_COLUMNS}
+    lines = [f"paired against {res['reference']} (same seeds): mean ± 95% half-width of the per-seed "
+             f"difference; below 0 is better",
+             "scheduler".ljust(w0) + "".join(head[c].rjust(widths[c]) for c in PAIRED_COLUMNS) + "  verdict"]
+    lines.append("-" * len(lines[-1]))
+    for p in pols:
+        lines.append(p.ljust(w0) + "".join(cells[p, c].rjust(widths[c]) for c in PAIRED_COLUMNS)
+                     + f"  {paired[p][TROUBLE]['verdict']}")
+    acc = acceptance(res)
+    if "oracle_hot" in acc:
+        o = acc["oracle_hot"]
+        lines.append(f"check oracle hot CPU node-time: gap {100 * o['gap']:+.0f}% (log ratio "
+                     f"{o['log_ratio']:+.3f} ± {o['ci95']:.3f}); "
+                     + ("must exclude 0: " + ("met" if o["met"] else "MISSED") if o["must_separate"]
+                        else "under 10%, nothing to separate"))
+    t = acc["trouble_half_width"]
+    too_wide = ", ".join(f"{p} {w:.3f}" for p, w in t["too_wide"].items())
+    lines.append(f"check trouble half-width <= {TROUBLE_HALF_WIDTH}: "
+                 + ("met" if t["met"] else f"MISSED, {too_wide}"))
+    if "prefer_hot_worse" in acc:
+        h = acc["prefer_hot_worse"]
+        lines.append("check prefer-hot significantly worse: " + ("met" if h["met"] else "MISSED")
+                     + " (" + ", ".join(f"{m} {v}" for m, v in h["verdicts"].items()) + ")")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3 seeds and the smaller scenario variants")
     ap.add_argument("--seeds", type=int, default=None,
-                    help="seeds per scheduler (default 10; 3 with --quick)")
+                    help="seeds per scheduler (default: the scenario's, 8-20; 3 with --quick)")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated scenario names")
     ap.add_argument("--policies", default=",".join(POLICIES),
                     help="comma-separated schedulers (default: all)")
@@ -271,23 +276,24 @@ def main(argv: list[str] | None = None) -> int:
             make_policy(p, SchedulerContext(), "replay")
         except (ValueError, TypeError, OSError) as e:
             ap.error(f"scheduler {p!r}: {e}")
-    n_seeds = args.seeds if args.seeds is not None else (3 if args.quick else 10)
-    seeds = list(range(42, 42 + n_seeds))
+    if args.seeds is not None and args.seeds < 1:
+        ap.error("--seeds must be at least 1 (one seed runs, but has no interval and no verdict)")
     jobs = args.jobs or os.cpu_count() or 1
     t_all = time.time()
     out: dict[str, Any] = {
-        "benchmark": "online_quality", "quick": args.quick, "seeds": seeds, "policies": policies,
+        "benchmark": "online_quality", "quick": args.quick, "policies": policies,
         "heuristics": HEURISTICS, "provenance": {**git_commit(), "machine": machine()},
         "scenarios": {},
     }
     for name in names:
         sc = SCENARIOS[name]
         spec = build(sc, args.quick)
-        spec.policies, spec.seeds = policies, seeds
+        n_seeds = args.seeds if args.seeds is not None else (3 if args.quick else sc.seeds)
+        spec.policies, spec.seeds = policies, list(range(42, 42 + n_seeds))
         info = describe(sc, spec, args.quick)
         t0 = time.time()
         print(f"[{name}] {info['nodes']} nodes, {info['replayed_pods']} pods, "
-              f"{len(policies)} schedulers x {len(seeds)} seeds on {jobs} workers",
+              f"{len(policies)} schedulers x {n_seeds} seeds on {jobs} workers",
               file=sys.stderr, flush=True)
 
         def progress(k: int, n: int, o: RunOutput, name: str = name, t0: float = t0) -> None:
@@ -299,10 +305,11 @@ def main(argv: list[str] | None = None) -> int:
         res = evaluate(spec, jobs=jobs, progress=progress)
         res.pop("curves", None)
         wall = time.time() - t0
-        print(table(name, res, info) + f"\n({wall:.0f} s)\n", flush=True)
+        print(table(name, res, info) + "\n" + paired_table(res) + f"\n({wall:.0f} s)\n", flush=True)
         kube = res["policies"].get("kube-default", {}).get("hot_cpu_node_s", {}).get("mean", math.nan)
         out["scenarios"][name] = {
             "parameters": info, "wall_s": wall, "result": res, "oracle_gap": gaps(res),
+            "acceptance": acceptance(res),
             "kube_default_hot_cpu_node_h": kube / 3600.0,
             "kube_default_hot_cpu_share_pct": 100.0 * kube / (info["nodes"] * info["span_s"]),
         }

@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, str] = {
     "export": "fedsched.cli.export:register",
     "certs": "fedsched.cli.certs:register",
     "serve": "fedsched.cli.serve:register",
+    "evidence": "fedsched.cli.evidence:register",
 }
 
 

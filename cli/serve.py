@@ -2,7 +2,7 @@
 
   fedsched serve --policy learned --cluster-csv nodes.csv --insecure --port 8888      # local mode
   fedsched serve --policy /models/policy.pt --tls-cert tls.crt --tls-key tls.key \\
-      --client-ca ca.crt --prometheus http://prometheus:9090                              # in a cluster
+      --client-ca ca.crt --prometheus http://prometheus:9090 --host 0.0.0.0               # in a cluster
 
 In a cluster (no ``--cluster-csv``) the agent keeps its cache by watching Nodes and Pods
 (in-cluster config, or ``--kubeconfig``) and reads telemetry from Prometheus; it serves
@@ -10,6 +10,11 @@ HTTPS with mutual TLS, so ``--tls-cert``, ``--tls-key`` and ``--client-ca`` are 
 (certificates from ``fedsched certs``). ``--cluster-csv NODES.csv`` (openb schema) serves a
 simulated cluster instead, binds through the extender's bind verb, and is the only mode
 that allows ``--insecure`` (plain HTTP).
+
+Both listen on 127.0.0.1 unless ``--host`` says otherwise (the chart gives ``--host=0.0.0.0``).
+The admin verbs (``/admin/reload``) answer over mutual TLS only a client certificate named in
+``--admin-clients``, and over plain HTTP only loopback callers; they load files from the policy
+file's directory only.
 
 ``--config FILE`` is a YAML mapping whose keys are these options' long names (``budget-ms:
 5``); options given on the command line win. ``--policy`` is a checkpoint file (watched and
@@ -30,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fedsched.agent.serving.decider import Decider
+    from fedsched.agent.serving.extender import ConnectionLimits
 
 OPTIONS: dict[str, tuple[type, Any, str]] = {
     "policy": (str, None, "checkpoint (*.pt) or shipped policy name (learned, learned-td3)"),
@@ -39,18 +45,35 @@ OPTIONS: dict[str, tuple[type, Any, str]] = {
     "namespace": (str, None, "watch pods of this namespace only (default: all)"),
     "prometheus": (str, None, "Prometheus base URL for node telemetry (default: none, requests only)"),
     "telemetry-interval": (float, 5.0, "seconds between telemetry refreshes"),
-    "host": (str, "0.0.0.0", "address to listen on"),
+    "host": (str, "127.0.0.1", "address the extender (and the gRPC service) listens on; 0.0.0.0 for "
+                               "every interface (in a pod)"),
     "port": (int, 8888, "extender port"),
+    "max-connections": (int, 128, "at most this many extender connections (a thread each); one more "
+                                  "closes the oldest idle one, or gets a 503 when none is idle"),
+    "idle-timeout": (float, 120.0, "seconds an extender connection may stay idle between requests"),
+    "header-timeout": (float, 10.0, "seconds from a request's first byte to the end of its headers "
+                                    "(and for the TLS handshake): a slow client is cut"),
+    "body-timeout": (float, 30.0, "seconds a request's body, or its answer, may take to pass"),
     "prefix": (str, "/scheduler", "URL prefix of the verbs (the extender's urlPrefix path)"),
     "grpc-port": (int, None, "also serve the gRPC decision service on this port"),
     "tls-cert": (str, None, "server certificate (PEM)"),
     "tls-key": (str, None, "server key (PEM)"),
     "client-ca": (str, None, "CA that signed the scheduler's client certificate (mutual TLS)"),
     "insecure": (bool, False, "plain HTTP (local --cluster-csv mode only)"),
+    "admin-clients": (str, None, "comma-separated client-certificate names (subject CN or DNS SAN) "
+                                 "allowed the admin verbs (/admin/reload) over mutual TLS (default: "
+                                 "none, refused to every certificate); over plain HTTP only loopback "
+                                 "callers may use them"),
     "mode": (str, "active", "active (the policy's scores) or shadow (default scores; the policy logged)"),
-    "gate": (str, "auto", "roll-out gate for --mode active: auto (the cluster's profile from its nodes), "
-                          "web, gpu or edge (that profile), or off; a policy whose validation does not beat "
-                          "kube-default on the profile is served in shadow mode"),
+    "gate": (str, "auto", "roll-out gate for --mode active: auto (every profile the cluster's nodes hold; "
+                          "a mixed cluster must pass each), web, gpu or edge (that profile), or off; a "
+                          "policy whose checkpoint evidence (fedsched evidence) does not prove it better "
+                          "than kube-default on the profile, with no guardrail worse, is served in shadow "
+                          "mode"),
+    "gate-objective": (str, "trouble", "what the gate asks the policy to be proven better on: trouble "
+                                       "(online health), hot-cpu, gpu-alloc or gpu-frag; the guardrails "
+                                       "(OOM kills, throttled CPU, failed pods, pending p99) hold whatever "
+                                       "the objective"),
     "budget-ms": (float, 10.0, "latency budget per request; the kube-default fallback answers past it"),
     "scheduler-name": (str, "fedsched", "act on pods of this scheduler profile ('*': every pod)"),
     "cpu-threshold": (float, 0.9, "refuse nodes whose real CPU use is above this share"),
@@ -197,15 +220,25 @@ def build_agent(opts: dict[str, Any]) -> Decider:
     name = opts["scheduler-name"]
     gate = None if opts["gate"] == "off" else opts["gate"]
     cfg = DeciderConfig(opts["mode"], opts["budget-ms"], None if name == "*" else name, opts["seed"], safety,
-                        gate, early_rank=not opts["no-early-rank"], assume=not opts["cluster-csv"])
+                        gate, opts["gate-objective"], early_rank=not opts["no-early-rank"],
+                        assume=not opts["cluster-csv"])
     cache.queue_scheduler = cfg.scheduler_name  # the pending queue the policy's queue feature counts
     decider = Decider(cache, models, cfg, metrics, weights_models)
     metrics.watch_telemetry(lambda: cache.last_telemetry, lambda: cache.telemetry_up)
     return decider
 
 
+def connection_limits(opts: dict[str, Any]) -> ConnectionLimits:
+    """The extender's connection bounds from resolved options (a ValueError names a bad one)."""
+    from fedsched.agent.serving.extender import ConnectionLimits
+
+    return ConnectionLimits(opts["max-connections"], opts["idle-timeout"], opts["header-timeout"],
+                            opts["body-timeout"])
+
+
 def run(args: argparse.Namespace) -> int:
     opts = resolve_options(args)
+    limits = connection_limits(opts)
     holder: dict[str, Any] = {}
     setup_logging(
         opts["log-format"],
@@ -258,9 +291,11 @@ def run(args: argparse.Namespace) -> int:
     if opts["watch-policy"] and opts["watch-policy"] > 0:
         decider.models.watch(opts["watch-policy"])
         stoppers.append(decider.models.stop)
-    server = ExtenderServer(
-        decider, opts["host"], opts["port"], opts["prefix"], tls, allow_bind=bool(opts["cluster-csv"])
-    )
+    if tls is None and opts["host"] not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("plain HTTP on %s: every client that reaches it may ask for decisions", opts["host"])
+    admins = [n.strip() for n in (opts["admin-clients"] or "").split(",") if n.strip()]
+    server = ExtenderServer(decider, opts["host"], opts["port"], opts["prefix"], tls,
+                            allow_bind=bool(opts["cluster-csv"]), admin_clients=admins, limits=limits)
     if opts["grpc-port"] is not None:
         from fedsched.agent.serving.grpc_service import serve_grpc
 

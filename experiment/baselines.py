@@ -8,7 +8,9 @@
   ``eval_seeds`` seeds, the same seeds for every policy), mean and 95% CI of the online metrics,
   the trouble score taken seed by seed against kube-default's run with the same seed.
 - :func:`verdicts`: per member, the run's personalised model against local-only and
-  kube-default, seed by seed, on the trouble score and failed pods, and the issue's goals.
+  kube-default, seed by seed, on the trouble score and failed pods
+  (:func:`fedsched.common.sim.paired.paired_difference`, the comparison every verdict uses), and
+  the issue's goals.
 
 The replays run in worker processes (``pool``: a ``ProcessPoolExecutor`` started with
 :func:`worker_init`).
@@ -30,6 +32,7 @@ import numpy as np
 from fedsched.agent.federation.learners import ReplayCreditLearner
 from fedsched.agent.federation.round import MemberState, RoundInfo, member_round
 from fedsched.common.federation.members import member_cluster, reference_typical
+from fedsched.common.sim.paired import paired_difference
 from fedsched.experiment.config import FederateConfig
 
 ONLINE_METRICS = ("trouble_score", "hot_cpu_node_s", "throttled_cpu_core_s", "oom_kills_per_1k_starts",
@@ -128,15 +131,6 @@ def evaluate_member(member_id: int, cfg: FederateConfig, policies: dict[str, Any
     return out
 
 
-def _paired(a: list[float], b: list[float]) -> dict[str, Any]:
-    """Mean and 95% CI of the seed-by-seed difference a - b (lower is better) and its verdict."""
-    from fedsched.common.model.metrics import mean_ci95
-
-    mean, ci = mean_ci95([x - y for x, y in zip(a, b, strict=True)])
-    verdict = "better" if mean + ci < 0 else "worse" if mean - ci > 0 else "tie"
-    return {"diff": mean, "ci95": ci, "verdict": verdict}
-
-
 def verdicts(report: dict[str, Any], cfg: FederateConfig) -> dict[str, dict[str, Any]]:
     """Per member: the run's personalised model (eta = ``cfg.eta``) against local-only and
     kube-default, seed by seed, on the trouble score and failed pods; ``no_worse`` when neither
@@ -149,7 +143,7 @@ def verdicts(report: dict[str, Any], cfg: FederateConfig) -> dict[str, dict[str,
         row: dict[str, Any] = {"scarce": info["scarce"], "late": info["late"]}
         for other in ("local-only", "kube-default"):
             for m in ("trouble_score", "failed_pods"):
-                row[f"{m} vs {other}"] = _paired(pols[pers]["runs"][m], pols[other]["runs"][m])
+                row[f"{m} vs {other}"] = paired_difference(pols[pers]["runs"][m], pols[other]["runs"][m])
         row["no_worse"] = all(v["verdict"] != "worse" for k, v in row.items() if " vs " in k)
         if info["late"]:
             target = info["local_only_val"][-1]

@@ -31,7 +31,7 @@ def _verdict_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         cells = [name, "no worse" if v["no_worse"] else "worse"]
         for k in keys:
             d = v.get(k)
-            cells.append(f"{d['verdict']} ({d['diff']:+.3g} ± {d['ci95']:.2g})" if d else "")
+            cells.append(f"{d['verdict']} ({d['mean']:+.3g} ± {d['ci95']:.2g})" if d else "")
         late = (f"{v['rounds_to_local_only']} (goal <= {v['rounds_budget']})" if v.get("late") else "")
         cells.append(late)
         cells.append("; ".join(f"{g}: {'met' if ok else 'missed'}" for g, ok in v.get("goals", {}).items()))

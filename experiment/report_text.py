@@ -41,7 +41,7 @@ def format_report(report: dict[str, Any]) -> str:
                 zip(r, widths, strict=True))))
     lines.append("\nverdicts (personalised vs local-only and kube-default, seed-by-seed differences):")
     for name, v in report["verdicts"].items():
-        parts = [f"{k}: {d['verdict']} ({d['diff']:+.3g} ± {d['ci95']:.2g})" for k, d in v.items()
+        parts = [f"{k}: {d['verdict']} ({d['mean']:+.3g} ± {d['ci95']:.2g})" for k, d in v.items()
                  if isinstance(d, dict) and "verdict" in d]
         extra = ""
         if v.get("late"):

@@ -77,6 +77,7 @@ from fedsched.agent.cluster.apps import AppCodes, owner_key
 from fedsched.agent.cluster.k8s_objects import (
     NodeInfo,
     ObjectError,
+    bound_gpu_models,
     node_from_json,
     node_table,
     pod_from_json,
@@ -186,7 +187,8 @@ class ClusterCache:
         return cls.from_table(load_nodes(path), **kw)
 
     def _set_nodes(self, infos: list[NodeInfo], table: NodeTable | None = None) -> None:
-        table = table if table is not None else node_table(infos)  # may raise: before any change
+        # node_table may raise: before any change. A given table (a CSV) is bounded as node_table's.
+        table = bound_gpu_models(table) if table is not None else node_table(infos)
         self.infos = infos
         self.table = table
         self.index = {n.name: i for i, n in enumerate(infos)}

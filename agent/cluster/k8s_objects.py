@@ -18,6 +18,13 @@ Conventions (stated, because Kubernetes has no standard for shared GPUs):
   model from the label ``nvidia.com/gpu.product`` (or ``alibabacloud.com/gpu-card-model``).
 - QoS: the annotation ``fedsched.io/qos`` (BE, Burstable, LS, Guaranteed) when present,
   else ``status.qosClass``, else the class Kubernetes would compute from requests/limits.
+- GPU models: a pod's model constraint is an int64 bit mask over the cluster's models (sorted by
+  name) in fedsched's cluster model (``Pod.spec_mask``, read by the simulator's and kube-default's
+  compiled kernels), so :data:`MAX_GPU_MODELS` (63, bits 0..62) are told apart. A cluster with more
+  is held whole (:func:`bound_gpu_models`: the nodes of the models past the 63rd are kept, with no
+  model index, so only pods naming none of those run there), and a pod naming one of those models
+  is an :class:`ObjectError` that names the limit. A pod naming only models no node has fits
+  nowhere (:data:`FITS_NOWHERE`, the sign bit, which no model index matches).
 
 Malformed objects raise :class:`ObjectError` with the field at fault.
 """
@@ -26,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -68,6 +75,13 @@ _SUFFIX = {
     "Pi": 2.0**50,
     "Ei": 2.0**60,
 }
+
+
+#: GPU models a pod's model constraint can name: its int64 mask's bits 0..62 (module doc).
+MAX_GPU_MODELS = 63
+#: The model mask of a pod naming only models no node has: the sign bit alone, which no model
+#: index 0..62 matches (``(mask >> m) & 1 == 0``, in Python as in int64), and non-zero (constrained).
+FITS_NOWHERE = -(1 << 63)
 
 
 class ObjectError(ValueError):
@@ -223,9 +237,14 @@ def pod_from_json(pod: Any, models: tuple[str, ...] = (), index: int = -1) -> Po
         wanted = {m.strip() for m in str(ann[GPU_MODEL_ANNOTATION]).split(",") if m.strip()}
         for i, m in enumerate(models):
             if m in wanted:
+                if i >= MAX_GPU_MODELS:
+                    raise ObjectError(
+                        f"metadata.annotations[{GPU_MODEL_ANNOTATION}]: GPU model {m!r} is model "
+                        f"{i + 1} of this cluster's {len(models)}; fedsched tells apart the first "
+                        f"{MAX_GPU_MODELS} GPU models (by name) only")
                 spec_mask |= 1 << i
         if not spec_mask:
-            spec_mask = 1 << 62  # asks for models this cluster lacks: fits nowhere
+            spec_mask = FITS_NOWHERE  # asks for models this cluster lacks
     return Pod(
         index=index,
         cpu=cpu,
@@ -304,12 +323,29 @@ def node_from_json(node: Any) -> NodeInfo:
     )
 
 
+def bound_gpu_models(table: NodeTable) -> NodeTable:
+    """``table`` with the nodes whose GPU model is past the first :data:`MAX_GPU_MODELS` given no
+    model index (-1: they match no pod's model constraint, as no mask can name them); the
+    vocabulary ``models`` stays whole, so that :func:`pod_from_json` names the limit to a pod
+    asking for one of them."""
+    if len(table.models) <= MAX_GPU_MODELS:
+        return table
+    return replace(table, model=np.where(table.model >= MAX_GPU_MODELS, -1, table.model))
+
+
+def model_names(spec_mask: int, models: tuple[str, ...] | list[str]) -> list[str]:
+    """The GPU models a pod's model mask names (none for :data:`FITS_NOWHERE`)."""
+    if spec_mask <= 0:
+        return []
+    return [m for i, m in enumerate(models[:MAX_GPU_MODELS]) if (spec_mask >> i) & 1]
+
+
 def node_table(infos: list[NodeInfo]) -> NodeTable:
-    """The simulator's node table of these nodes. Kubernetes reports no disk or network
-    capacity: the nodes get the defaults the trace loader gives openb nodes, so the policy's
-    I/O and network features mean the same in serving as in training."""
+    """The simulator's node table of these nodes (:func:`bound_gpu_models`). Kubernetes reports
+    no disk or network capacity: the nodes get the defaults the trace loader gives openb nodes,
+    so the policy's I/O and network features mean the same in serving as in training."""
     models = tuple(sorted({i.model for i in infos if i.gpu}))
-    return NodeTable(
+    return bound_gpu_models(NodeTable(
         names=tuple(i.name for i in infos),
         cpu=np.array([i.cpu for i in infos], dtype=np.int64),
         mem=np.array([i.mem for i in infos], dtype=np.int64),
@@ -318,7 +354,7 @@ def node_table(infos: list[NodeInfo]) -> NodeTable:
         models=models,
         disk_io=np.full(len(infos), DEFAULT_DISK_IO_MBPS),
         net=np.full(len(infos), DEFAULT_NET_MBPS),
-    )
+    ))
 
 
 # ---- fedsched -> Kubernetes JSON (the scheduler stand-in, benchmarks and tests) -------------
@@ -348,7 +384,7 @@ def pod_to_json(
     elif pod.num_gpu:
         requests[GPU_RESOURCE] = str(pod.num_gpu)
     if pod.num_gpu and pod.spec_mask:
-        ann[GPU_MODEL_ANNOTATION] = ",".join(m for i, m in enumerate(models) if (pod.spec_mask >> i) & 1)
+        ann[GPU_MODEL_ANNOTATION] = ",".join(model_names(pod.spec_mask, models))
     resources: dict[str, Any] = {"requests": requests}
     if GPU_RESOURCE in requests:
         resources["limits"] = {GPU_RESOURCE: requests[GPU_RESOURCE]}

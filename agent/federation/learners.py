@@ -28,8 +28,9 @@ and :func:`learner_for`, which picks the member's.
   terms, :func:`fedsched.agent.learning.credit.credited_from_log`); a node the log shows going hot
   after the member's choices gets a lower score. With ``serve_path`` it writes its new personalised
   mix there (:func:`write_serving_checkpoint`) for the member's extender (``fedsched serve --policy``
-  hot-reloads it), with its validation on the member's own validation pods, which the extender's
-  roll-out gate reads. It always uploads.
+  hot-reloads it), with the roll-out gate's evidence from the member's own validation pods
+  (paired replays beside kube-default on several seeds), which the extender's gate reads. It
+  always uploads.
 
 Why credit regression (a fitted one-step Q) rather than PPO for a member's own rewards: the
 regression target is the member's own measured outcome of each decision, so a member with few
@@ -45,16 +46,17 @@ May import: ``fedsched.common`` and ``fedsched.agent.learning``.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from fedsched.agent.federation.round import Learned, Learner, MemberRunConfig, MemberState, RoundInfo
-from fedsched.agent.federation.validation import member_validation, policy_of, validation_score
+from fedsched.agent.federation.validation import member_evidence, policy_of, validation_score
 from fedsched.agent.learning.credit import (
     BEHAVIOURS,
     CreditConfig,
@@ -68,7 +70,12 @@ from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
 from fedsched.common.federation.members import Member, reference_typical
 from fedsched.common.federation.run_config import Value
 from fedsched.common.federation.weights import load_weights, weights_of
-from fedsched.common.learning.checkpoint import load_checkpoint, save_checkpoint, typical_from_dict
+from fedsched.common.learning.checkpoint import (
+    load_checkpoint,
+    save_checkpoint,
+    typical_from_dict,
+    update_metadata,
+)
 from fedsched.common.learning.decision_log import DecisionLog
 from fedsched.common.learning.nets import NodeScoringPolicy
 from fedsched.common.learning.scorers import PolicyScheduler
@@ -250,30 +257,36 @@ class LogFinetuneLearner(Learner):
 
     def after_round(self, personalised: Weights, state: MemberState, info: RoundInfo) -> float:
         if self.serve_path:
-            validation = member_validation(self.member, personalised) if self.member is not None else None
-            write_serving_checkpoint(self.serve_path, personalised, info.server_round, validation=validation)
+            write_serving_checkpoint(self.serve_path, personalised, info.server_round, member=self.member)
         return math.nan
 
 
 def write_serving_checkpoint(path: str | Path, weights: Weights, server_round: int,
-                             base: str | Path | None = None,
-                             validation: dict[str, Any] | None = None) -> Path:
+                             base: str | Path | None = None, member: Member | None = None) -> Path:
     """Write the weights a member's extender should serve (``fedsched serve --policy PATH``
     watches the file and hot-reloads it). Metadata (typical pods, hyper-parameters) comes from
     ``base`` (default: the shipped online policy, whose kind of model the members train); with
-    ``validation`` (:func:`fedsched.agent.federation.validation.member_validation`) the checkpoint
-    is an online policy that the roll-out gate of ``fedsched serve`` judges on those figures:
-    active only where it beats kube-default on the member's own validation pods, else shadow.
-    The write is atomic, so the server never reads half a file."""
+    ``member`` the checkpoint carries the roll-out gate's evidence from the member's own
+    validation pods (:func:`fedsched.agent.federation.validation.member_evidence`): served
+    actively only where that proves it better than kube-default with no guardrail worse, else
+    in shadow. The file is written and judged beside ``path`` and moved into place in one
+    rename, so the server never reads half a file, nor a file without its evidence."""
+    path = Path(path)
     base_policy, meta, _ = load_checkpoint(base or default_policy_path(LEARNED_ONLINE))
     load_weights(base_policy, weights)
-    extra: dict[str, Any] = {"server_round": int(server_round)}
-    if validation is not None:
-        extra |= {"operating_mode": "online", "validation": validation}
-    return save_checkpoint(path, base_policy, algorithm="federated-personalised",
-                           hyperparameters=meta.get("hyperparameters", {}),
-                           typical=typical_from_dict(meta.get("typical_pods")),
-                           data=meta.get("data_hash", ""), extra=extra)
+    staged = path.with_name(f".{path.name}.staged.pt")
+    save_checkpoint(staged, base_policy, algorithm="federated-personalised",
+                    hyperparameters=meta.get("hyperparameters", {}),
+                    typical=typical_from_dict(meta.get("typical_pods")),
+                    data=meta.get("data_hash", ""), extra={"server_round": int(server_round)})
+    try:
+        evidence = member_evidence(member, staged) if member is not None else {}
+        if evidence:
+            update_metadata(staged, {"operating_mode": "online", "evidence": evidence})
+        os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)
+    return path
 
 
 def learner_for(member: Member, cfg: MemberRunConfig, node_config: Mapping[str, Value]) -> Learner:

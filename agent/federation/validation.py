@@ -8,8 +8,9 @@
 - :func:`validation_score`: their trouble score (``fedsched.common.model.metrics.trouble_score``:
   the mean log ratio of the policy's hot CPU node-seconds, throttled CPU, OOM kills and failed
   pods to kube-default's; below 0 is better than kube-default), reported every online round.
-- :func:`member_validation`: the same rows keyed as the serving agent's roll-out gate reads
-  validation figures (``"<profile>-own"``), for a deployed member's serving checkpoint.
+- :func:`member_evidence`: the roll-out gate's evidence for a deployed member's serving
+  checkpoint, from its own validation pods: the policy beside kube-default seed by seed, the
+  form ``fedsched evidence`` writes (:mod:`fedsched.common.sim.evidence`).
 - :func:`policy_of`: weights as a node-scoring policy in eval mode.
 
 May import: ``fedsched.common`` and ``fedsched.agent.learning``.
@@ -33,11 +34,13 @@ from fedsched.common.model.cluster import PodTable
 from fedsched.common.model.metrics import trouble_score
 from fedsched.common.model.profiles import cluster_profile
 from fedsched.common.schedulers import SchedulerContext
-from fedsched.common.sim.evaluate import make_policy
+from fedsched.common.sim.evaluate import EvalSpec, make_policy
+from fedsched.common.sim.evidence import EVIDENCE_FORMAT, paired_entry
 from fedsched.common.sim.replay import ReplayConfig, run_replay
 
 Weights = dict[str, np.ndarray]
-VALIDATION_SEED = 2024  # the replay seed of every validation run
+VALIDATION_SEED = 2024  # the replay seed of every validation run (the first, for evidence)
+MEMBER_EVIDENCE_SEEDS = 5  # paired seeds of a member's own evidence for its serving checkpoint
 
 
 def policy_of(weights: Weights) -> NodeScoringPolicy:
@@ -83,9 +86,18 @@ def validation_score(member: Member, weights: Weights, state_dir: str | Path) ->
     return trouble_score(rows["policy"], rows["kube-default"]) if rows else math.nan
 
 
-def member_validation(member: Member, weights: Weights) -> dict[str, dict[str, dict[str, float]]]:
-    """The policy beside kube-default on the member's own validation pods, keyed as the roll-out
-    gate reads validation figures: ``{"<profile>-own": {"policy": {...}, "kube-default": {...}}}``
-    (empty without validation pods)."""
-    rows = validation_rows(member, weights)
-    return {f"{cluster_profile(member.nodes)}-own": rows} if rows else {}
+def member_evidence(member: Member, checkpoint: str | Path, seeds: int = MEMBER_EVIDENCE_SEEDS,
+                    jobs: int = 1) -> dict[str, Any]:
+    """The roll-out gate's evidence from the member's own validation pods: the policy in
+    ``checkpoint`` beside kube-default on the member's nodes at its load, seed by seed
+    (:func:`fedsched.common.sim.evidence.paired_entry`, the form ``fedsched evidence`` writes),
+    under the member's profile; ``{}`` without validation pods."""
+    if member.val is None or not len(member.val):
+        return {}
+    spec = EvalSpec(nodes=member.nodes, pods=member.val, policies=[], mode="replay", train_pods=member.train,
+                    seeds=[VALIDATION_SEED + k for k in range(seeds)],
+                    replay_options={**member.replay, "allow_unreachable_load": True})
+    entry = {"scenario": "own", **paired_entry(spec, str(checkpoint), jobs)}
+    return {"format": EVIDENCE_FORMAT, "reference": "kube-default", "quick": False,
+            "source": f"{member.name}'s own validation pods",
+            "profiles": {cluster_profile(member.nodes): entry}}

@@ -62,11 +62,11 @@ import numpy as np
 from fedsched.agent.cluster.cache import EXCLUDE_LABEL, ClusterCache
 from fedsched.agent.serving.metrics import ServingMetrics
 from fedsched.agent.serving.model_store import LoadedModel, ModelStore
-from fedsched.agent.serving.rollout_gate import GateVerdict, gate
+from fedsched.agent.serving.rollout_gate import OBJECTIVES, GateVerdict, gate
 from fedsched.common.learning.nets import WEIGHT_TERMS
 from fedsched.common.learning.scorers import WeightScheduler
 from fedsched.common.model.cluster import MILLI_PER_GPU, Pod
-from fedsched.common.model.profiles import PROFILES, cluster_profile
+from fedsched.common.model.profiles import PROFILES, cluster_profiles
 from fedsched.common.schedulers.base import NonFiniteScores, Ranking, rank
 from fedsched.common.schedulers.kube_default import kube_default_scores
 
@@ -105,8 +105,9 @@ class DeciderConfig:
     seed: int = 0  # the tie-break generator (the simulator's place() uses the same rule)
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     # The roll-out gate (agent/serving/rollout_gate.py) for mode "active": None (off), "auto"
-    # (the profile inferred from the node inventory) or a profile name (web, gpu, edge).
+    # (every profile the node inventory holds: cluster_profiles) or a profile name (web, gpu, edge).
     gate: str | None = None
+    gate_objective: str = "trouble"  # what the policy must be proven better on (rollout_gate.OBJECTIVES)
     early_rank: bool = True  # rank filter's passed nodes as soon as filter answers (module doc)
     # Count a pod on the node the policy picked from the answer on, until the watch shows it bound
     # (ClusterCache.assume; serving from a watched cluster, where bindings reach the cache late).
@@ -117,6 +118,9 @@ class DeciderConfig:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.gate is not None and self.gate != "auto" and self.gate not in PROFILES:
             raise ValueError(f"gate must be off, auto or one of {', '.join(PROFILES)}, got {self.gate!r}")
+        if self.gate_objective not in OBJECTIVES:
+            raise ValueError(f"gate objective must be one of {', '.join(OBJECTIVES)}, "
+                             f"got {self.gate_objective!r}")
         if not self.budget_ms > 0:
             raise ValueError(f"budget_ms must be positive, got {self.budget_ms}")
 
@@ -228,10 +232,10 @@ class Decider:
         # Policy calls waiting or running on the worker: a request queues behind at most
         # MAX_QUEUED others (each waits within its own budget); past that it falls back at once.
         self._queued = threading.BoundedSemaphore(MAX_QUEUED)
-        self._verdicts: dict[tuple[str, str], GateVerdict] = {}
+        self._verdicts: dict[tuple[str, tuple[str, ...]], GateVerdict] = {}
         self._early: _EarlyRanking | None = None
         self._rng_uses = 0  # rankings whose tie-break draws were kept (the stream's position)
-        self._profile_of: tuple[Any, str] = (None, "")
+        self._profile_of: tuple[Any, tuple[str, ...]] = (None, ())
         self.metrics.set_model(models.version, models.current.path)
         models.prepare = self.warm_up
         models.on_change = self._model_changed
@@ -242,12 +246,12 @@ class Decider:
         self.metrics.set_model(model.version, model.path)
         self.metrics.reloads.labels(result="ok", reason="").inc()
 
-    def _profile(self) -> str:
-        """The cluster's profile from its node inventory, recomputed only when the cache builds a
-        new node table (requests must not pay for a scan of every node)."""
+    def _profiles(self) -> tuple[str, ...]:
+        """Every profile of the cluster's node inventory (a mixed cluster has several), recomputed
+        only when the cache builds a new node table (requests must not pay for a scan of every node)."""
         table = self.cache.table
         if self._profile_of[0] is not table:
-            self._profile_of = (table, cluster_profile(table))
+            self._profile_of = (table, cluster_profiles(table))
         return self._profile_of[1]
 
     def mode_for(self, model: LoadedModel) -> str:
@@ -256,15 +260,15 @@ class Decider:
         and profile)."""
         if self.cfg.mode == "shadow" or self.cfg.gate is None:
             return self.cfg.mode
-        profile = self._profile() if self.cfg.gate == "auto" else self.cfg.gate
-        key = (model.version, profile)
+        profiles = self._profiles() if self.cfg.gate == "auto" else (self.cfg.gate,)
+        key = (model.version, profiles)
         verdict = self._verdicts.get(key)
         if verdict is None:
-            verdict = self._verdicts[key] = gate(model.meta, profile)
-            self.metrics.set_gate(model.version, profile, verdict.active, verdict.reason)
+            verdict = self._verdicts[key] = gate(model.meta, profiles, self.cfg.gate_objective)
+            self.metrics.set_gate(model.version, verdict.profile, verdict.active, verdict.reason)
             (log.info if verdict.active else log.warning)(
                 "roll-out gate: model %s %s on this %s cluster: %s", model.version,
-                "served actively" if verdict.active else "in shadow mode", profile, verdict.reason)
+                "served actively" if verdict.active else "in shadow mode", verdict.profile, verdict.reason)
         return "active" if verdict.active else "shadow"
 
     def warm_up(self, model: LoadedModel | None = None) -> None:

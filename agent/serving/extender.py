@@ -20,11 +20,27 @@ Also served: ``GET /metrics`` (Prometheus), ``/healthz`` (the process answers), 
 ``POST /admin/reload`` (reload the policy file; optional JSON ``{"path": "..."}``; a body of the
 wrong shape gets a 400, a file that cannot be served a 422, and the old model stays).
 
+Admin verbs (``/admin/...``) answer an authenticated caller only, anyone else a 403: over mutual
+TLS a client certificate with a name (its subject CN or a DNS SAN) in ``admin_clients`` (the CA
+also signs kube-scheduler's and other clients' certificates, which must not reload the model);
+over plain HTTP (local mode) a loopback caller. ``/admin/reload`` loads only files in the policy
+directory and the shipped policy names (:meth:`ModelStore.admin_path`); every other path gets one
+403 whose text does not depend on the path, so it tells nobody which files exist.
+
 Transport: HTTP/1.1 keep-alive (kube-scheduler reuses connections) with Nagle's algorithm
 off (otherwise every response waits ~40 ms for a delayed ACK), one thread per connection
 (``socketserver.ThreadingTCPServer``). With certificates it serves HTTPS and, given a CA,
 requires and verifies the client certificate (mutual TLS: kube-scheduler's ``tlsConfig``
 certFile/keyFile/caFile); the handshake runs in the connection's thread.
+
+Connections are bounded (:class:`ConnectionLimits`): at most ``max_connections`` open (so at most
+as many threads); one more closes the oldest idle one (or, with none idle, one whose request head
+is still coming) and, with every connection working on a request, gets a 503 and is closed. A
+watchdog thread closes (``shutdown``) a connection idle past ``idle_timeout_s``, one whose TLS
+handshake, request line and headers take longer than ``header_timeout_s`` from their first byte
+(a deadline, not a per-read timeout: a byte a second does not extend it), and one whose body, or
+whose answer, takes longer than ``body_timeout_s`` to pass. The counts are in ``/metrics``
+(``fedsched_connections_*``).
 
 The HTTP/1.1 layer is this module's own (:class:`_Connection`), because the stdlib's
 ``BaseHTTPRequestHandler`` cost about 100 us of every request's round trip, more than the
@@ -53,14 +69,20 @@ lone surrogates); the prioritize answer is joined from per-node entries made onc
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import logging
+import math
+import socket
 import socketserver
 import ssl
 import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
 from json.encoder import encode_basestring_ascii as _enc
@@ -74,6 +96,7 @@ import orjson
 from fedsched.agent.cluster.cache import created_time, pod_ref
 from fedsched.agent.cluster.k8s_objects import ObjectError, node_from_json, node_table
 from fedsched.agent.serving.decider import MAX_EXTENDER_SCORE, Decider
+from fedsched.agent.serving.model_store import PathNotAllowed
 from fedsched.common.learning.checkpoint import CheckpointError
 from fedsched.common.model.cluster import Pod
 
@@ -160,14 +183,19 @@ class ExtenderServer:
         prefix: str = "/scheduler",
         tls: ssl.SSLContext | None = None,
         allow_bind: bool = False,
+        admin_clients: Iterable[str] = (),
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.decider = decider
+        self.admin_clients = frozenset(admin_clients)  # certificate names allowed /admin/* over TLS
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
         self.allow_bind = allow_bind
         self.tls = tls
         self.started = time.time()
         handler = _make_handler(self)
-        self.httpd = _Server((host, port), handler)
+        self.limits = limits or ConnectionLimits()
+        self.httpd = _Server((host, port), handler, self.limits, decider.metrics)
+        decider.metrics.connections_open.set_function(lambda: len(self.httpd.conns))
         if tls is not None:
             # The handshake runs in the connection's thread (Handler.setup), not in accept().
             self.httpd.socket = tls.wrap_socket(
@@ -184,16 +212,19 @@ class ExtenderServer:
         return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}{self.prefix}"
 
     def start(self) -> None:
+        self.httpd.start_watchdog()
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, name="fedsched-extender", daemon=True
         )
         self._thread.start()
 
     def serve_forever(self) -> None:
+        self.httpd.start_watchdog()
         self.httpd.serve_forever()
 
     def stop(self) -> None:
         self.httpd.shutdown()
+        self.httpd.stop_watchdog()
         self.httpd.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -331,15 +362,154 @@ class ExtenderServer:
             self._pending.pop(next(iter(self._pending)))
 
 
+def admin_caller_allowed(
+    tls: bool, address: str, names: frozenset[str], admin_clients: frozenset[str]
+) -> bool:
+    """Whether a caller may use the admin verbs: over TLS one of its certificate's ``names`` is in
+    ``admin_clients`` (the address does not count); over plain HTTP it calls from loopback (an
+    IPv4-mapped IPv6 address counts as its IPv4 address; the names do not count)."""
+    if tls:
+        return not names.isdisjoint(admin_clients)
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:  # not an IP address (a Unix socket): not loopback as far as we know
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def _certificate_names(cert: dict | None) -> frozenset[str]:
+    """The subject CNs and DNS SANs of a peer certificate (``SSLSocket.getpeercert()``)."""
+    if not cert:
+        return frozenset()
+    names = {v for rdn in cert.get("subject", ()) for k, v in rdn if k == "commonName"}
+    names.update(v for k, v in cert.get("subjectAltName", ()) if k == "DNS")
+    return frozenset(names)
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """Bounds on the extender's connections (``fedsched serve --max-connections``,
+    ``--idle-timeout``, ``--header-timeout``, ``--body-timeout``); see the module doc."""
+
+    max_connections: int = 128
+    idle_timeout_s: float = 120.0  # longer than Go's IdleConnTimeout (90 s): the client closes first
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_connections, int) or self.max_connections < 1:
+            raise ValueError(f"max connections must be a positive integer, got {self.max_connections!r}")
+        for name in ("idle_timeout_s", "header_timeout_s", "body_timeout_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name.removesuffix('_s').replace('_', ' ')} must be a positive "
+                                 f"number of seconds, got {v!r}")
+
+
+# What a connection is doing; a watchdog closes it past its phase's deadline.
+_IDLE, _HEAD, _BODY, _BUSY = "idle", "head", "body", "busy"
+_TIMEOUT_REASON = {_IDLE: "idle_timeout", _HEAD: "header_timeout", _BODY: "body_timeout"}
+
+
+class _Tracked:
+    """One open connection's phase and the monotonic time by which it must have left it."""
+
+    __slots__ = ("deadline", "phase", "since", "sock")
+
+    def __init__(self, sock: Any, phase: str, deadline: float) -> None:
+        self.sock, self.phase, self.since, self.deadline = sock, phase, time.monotonic(), deadline
+
+    def enter(self, phase: str, timeout: float = math.inf) -> None:
+        now = time.monotonic()
+        self.deadline = now + timeout  # before the phase: the watchdog never sees a new phase's
+        self.phase, self.since = phase, now  # name with the old phase's (maybe past) deadline
+
+
 class _Server(socketserver.ThreadingTCPServer):
-    """Accepts connections, one daemon thread each (socketserver; no HTTP of its own)."""
+    """Accepts connections, one daemon thread each, at most ``limits.max_connections`` (socketserver;
+    no HTTP of its own), and closes those past their phase's deadline (a watchdog thread)."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 256
 
+    def __init__(
+        self, address: tuple[str, int], handler: type, limits: ConnectionLimits, metrics: Any
+    ) -> None:
+        self.limits, self.metrics = limits, metrics
+        self.conns: dict[Any, _Tracked] = {}  # socket -> its phase; a connection leaves it when cut or closed
+        self.conns_lock = threading.Lock()
+        self._watch_stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        super().__init__(address, handler)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("connection error from %s", client_address, exc_info=True)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.conns_lock:
+            if len(self.conns) >= self.limits.max_connections:
+                # Make room: the oldest idle connection, else the oldest still sending its head.
+                waiting = [t for t in self.conns.values() if t.phase in (_IDLE, _HEAD)]
+                if not waiting:
+                    self._refuse(request)
+                    return
+                self._cut(min(waiting, key=lambda t: (t.phase != _IDLE, t.since)), "evicted")
+            self.conns[request] = _Tracked(request, _IDLE, time.monotonic() + self.limits.idle_timeout_s)
+        self.metrics.connections_accepted.inc()
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.conns_lock:  # out of the table before its socket closes: _cut never touches a closed one
+            self.conns.pop(request, None)
+        super().shutdown_request(request)
+
+    def _refuse(self, request: Any) -> None:
+        """Past the limit with every connection working: a 503 (plain HTTP; over TLS that would cost
+        a handshake) and the connection closes."""
+        self.metrics.connections_refused.inc()
+        if not isinstance(request, ssl.SSLSocket):
+            body = dumps({"Error": f"fedsched: too many connections (limit {self.limits.max_connections})"})
+            try:
+                request.setblocking(False)  # never wait on a client that does not read
+                request.send(b"".join((_STATUS[503], _date(), b"Content-Type: application/json\r\n"
+                                       b"Content-Length: ", str(len(body)).encode(), b"\r\n", _CLOSE,
+                                       b"\r\n", body)))
+            except OSError:
+                pass
+        socketserver.TCPServer.shutdown_request(self, request)
+
+    def _cut(self, t: _Tracked, reason: str) -> None:
+        """Close a connection from outside its thread (held: ``conns_lock``): its blocked read or
+        write returns, and the thread ends. The socket is still open (see shutdown_request)."""
+        del self.conns[t.sock]
+        self.metrics.connections_closed.labels(reason=reason).inc()
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(t.sock, socket.SHUT_RDWR)  # the socket's own, also under TLS
+
+    def start_watchdog(self) -> None:
+        if self._watchdog is not None:
+            return
+        limits = self.limits
+        shortest = min(limits.idle_timeout_s, limits.header_timeout_s, limits.body_timeout_s)
+        tick = max(0.02, min(1.0, shortest / 4))
+
+        def watch() -> None:
+            while not self._watch_stop.wait(tick):
+                now = time.monotonic()
+                with self.conns_lock:
+                    for t in [t for t in self.conns.values() if t.deadline < now]:
+                        self._cut(t, _TIMEOUT_REASON[t.phase])
+
+        self._watchdog = threading.Thread(target=watch, name="fedsched-extender-watchdog", daemon=True)
+        self._watchdog.start()
+
+    def stop_watchdog(self) -> None:
+        self._watch_stop.set()
+        if self._watchdog is not None:
+            self._watchdog.join(timeout=5)
 
 
 # ---- HTTP/1.1 ---------------------------------------------------------------------------------
@@ -414,17 +584,33 @@ class _Connection(socketserver.StreamRequestHandler):
     http10 = False
     headers: dict[bytes, bytes]
     _last_body: Any = None
+    peer_names: frozenset[str] = frozenset()  # the client certificate's names (mutual TLS)
+    server: _Server
+    tracked: _Tracked
 
     def setup(self) -> None:
+        limits = self.server.limits
+        # Cut (evicted) before this thread started: a record of its own, its socket already shut.
+        self.tracked = self.server.conns.get(self.request) or _Tracked(self.request, _BUSY, math.inf)
         if isinstance(self.request, ssl.SSLSocket):
-            self.request.settimeout(10)
+            self.tracked.enter(_HEAD, limits.header_timeout_s)  # the watchdog bounds the handshake
             self.request.do_handshake()
-            self.request.settimeout(None)
+            self.peer_names = _certificate_names(self.request.getpeercert())
         super().setup()
 
+    def _admin_allowed(self) -> bool:
+        return admin_caller_allowed(self.app.tls is not None, str(self.client_address[0]),
+                                    self.peer_names, self.app.admin_clients)
+
     def handle(self) -> None:
-        while self._serve_one():
-            pass
+        tracked, limits = self.tracked, self.server.limits
+        while True:
+            tracked.enter(_IDLE, limits.idle_timeout_s)
+            if not self.rfile.peek(1):
+                return  # the client closed the connection
+            tracked.enter(_HEAD, limits.header_timeout_s)  # from the request's first byte
+            if not self._serve_one():
+                return
 
     # ---- reading --------------------------------------------------------------------------
     def _serve_one(self) -> bool:
@@ -459,6 +645,7 @@ class _Connection(socketserver.StreamRequestHandler):
         headers = self._read_headers()
         if headers is None:
             return False
+        self.tracked.enter(_BODY, self.server.limits.body_timeout_s)
         self.headers = headers
         conn = headers.get(b"connection")
         if conn is not None and not self.http09:
@@ -537,11 +724,13 @@ class _Connection(socketserver.StreamRequestHandler):
             return
         if n:
             self.rfile.read(n)
+        self.tracked.enter(_BUSY)
 
     def _body(self) -> Any:
         self._last_body = None
         n = self._length()
         raw = self.rfile.read(n)
+        self.tracked.enter(_BUSY)
         if len(raw) != n:
             self.close_connection = True
             raise BadRequest(f"the body ended after {len(raw)} of its {n} bytes")
@@ -553,6 +742,7 @@ class _Connection(socketserver.StreamRequestHandler):
               head_only: bool = False) -> None:
         """The answer in one write: status line, Server, Date, ``extra``, Content-Type,
         Content-Length (and Connection where it is not the version's default), body."""
+        self.tracked.enter(_BODY, self.server.limits.body_timeout_s)  # a client that does not read
         if self.http09:
             self.request.sendall(body)
             return
@@ -619,6 +809,12 @@ class _Connection(socketserver.StreamRequestHandler):
             }))
             self._count("unknown", 404)
             return
+        if verb == "reload" and not self._admin_allowed():
+            self._drain_quietly()
+            self._send(403, dumps({"Error": "fedsched: the admin verbs need an admin caller (a client "
+                                   "certificate named in --admin-clients; in plain-HTTP mode: loopback)"}))
+            self._count(verb, 403)
+            return
         code = 200
         try:
             body = self._body()
@@ -641,6 +837,10 @@ class _Connection(socketserver.StreamRequestHandler):
                 decider.metrics.reloads.labels(result="error", reason="bad_request").inc()
                 data = dumps({"Error": f"fedsched: bad reload request: {e}", "changed": False,
                               "model_version": decider.models.version})
+        except PathNotAllowed as e:  # the same answer for every path outside the policy directory
+            decider.metrics.reloads.labels(result="error", reason="forbidden").inc()
+            code, data = 403, dumps({"Error": f"fedsched: reload refused, the model stays: {e}",
+                                     "changed": False, "model_version": decider.models.version})
         except CheckpointError as e:  # /admin/reload of a file that cannot be served: counted by the store
             code, data = 422, dumps({"Error": f"fedsched: reload refused, the model stays: {e}",
                                      "changed": False, "model_version": decider.models.version})
@@ -666,7 +866,7 @@ class _Connection(socketserver.StreamRequestHandler):
         path_arg = (body or {}).get("path")
         if path_arg is not None and not isinstance(path_arg, str):
             raise BadRequest(f"path must be a string, not {type(path_arg).__name__}")
-        changed, msg = models.reload(path_arg, strict=True)
+        changed, msg = models.reload(models.admin_path(path_arg) if path_arg else None, strict=True)
         return {"changed": changed, "message": msg, "model_version": models.version}
 
     def _neutral(self, verb: str, e: Exception) -> bytes:

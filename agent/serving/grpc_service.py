@@ -70,6 +70,7 @@ from fedsched.agent.cluster.k8s_objects import (
     GPU_RESOURCE,
     QOS_ANNOTATION,
     ObjectError,
+    model_names,
 )
 from fedsched.agent.serving.decider import Decider, Decision, to_extender_scores
 from fedsched.agent.serving.extender import reject_constant
@@ -164,7 +165,7 @@ def pod_spec_from_pod(
 ) -> decision_pb2.PodSpec:
     """The :class:`PodSpec` of a fedsched :class:`Pod` (``models``: the cluster's GPU models,
     for the pod's model constraint); the agent reads it back as ``pod`` (index aside)."""
-    gpu_models = [m for i, m in enumerate(models) if (pod.spec_mask >> i) & 1] if pod.num_gpu else []
+    gpu_models = model_names(pod.spec_mask, tuple(models)) if pod.num_gpu else []
     return decision_pb2.PodSpec(
         name=name,
         namespace=namespace,

@@ -93,7 +93,8 @@ class ServingMetrics:
         self.reloads = Counter(
             "fedsched_model_reloads_total",
             "Model reloads by result; a failed one (the old model serves on) by reason: missing, "
-            "unreadable, schema, malformed, non_finite, bad_request (/admin/reload's body) or internal",
+            "unreadable, schema, malformed, non_finite, bad_request (/admin/reload's body), forbidden "
+            "(a path outside the policy directory) or internal",
             ["result", "reason"],
             registry=r,
         )
@@ -112,6 +113,26 @@ class ServingMetrics:
         self.cache_assumed_pods = Gauge(
             "fedsched_cache_assumed_pods",
             "Pods the agent placed and counts on their node, their binding not seen yet",
+            registry=r,
+        )
+        self.connections_open = Gauge(
+            "fedsched_connections_open", "Extender connections open (at most --max-connections)", registry=r
+        )
+        self.connections_accepted = Counter(
+            "fedsched_connections_accepted_total", "Extender connections accepted", registry=r
+        )
+        self.connections_refused = Counter(
+            "fedsched_connections_refused_total",
+            "Extender connections refused (a 503, then closed): --max-connections open, none idle",
+            registry=r,
+        )
+        self.connections_closed = Counter(
+            "fedsched_connections_closed_total",
+            "Extender connections the agent closed, by reason: idle_timeout, header_timeout (the "
+            "request line and headers, or the TLS handshake, took too long), body_timeout (a body "
+            "or an answer took too long), evicted (the oldest idle one, to make room for a new one "
+            "past --max-connections)",
+            ["reason"],
             registry=r,
         )
         self.logged = Counter(

@@ -11,12 +11,18 @@ model, logs why and reports it to ``on_error`` with a reason (the reload metrics
 :meth:`ModelStore.watch` polls the file (size and mtime) and reloads on change: a federation
 round writes the personalised weights with an atomic rename, so the watcher never reads a
 half-written file, and a bad file never stops it: the next good one is loaded.
+
+:meth:`ModelStore.admin_path` confines what ``/admin/reload`` may name to the policy directory
+(the directory of the file the store started with) and the shipped policy names; every other
+path gets one :class:`PathNotAllowed` whose message does not depend on the path, so the admin verb
+tells nobody which files exist.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +48,10 @@ class LoadedModel:
     @property
     def kind(self) -> str:
         return WEIGHTS if isinstance(self.scheduler, WeightScheduler) else NODE_SCORING
+
+
+class PathNotAllowed(ValueError):
+    """A reload path outside the policy directory (the same message for every such path)."""
 
 
 def resolve_policy_path(policy: str) -> Path:
@@ -89,6 +99,9 @@ class ModelStore:
         self.prepare: Callable[[LoadedModel], None] | None = None  # called before a swap (warm-up)
         self.on_error: Callable[[str, str], None] | None = None  # (reason, message) when a reload fails
         self.current = load_model(self.path, backend)
+        # What /admin/reload may name. The directory resolved, not the file: a ConfigMap's policy
+        # file is a symlink into a dated directory below it, which changes with every update.
+        self.directory = Path(os.path.realpath(self.path.absolute().parent))
         self._stamp = self._file_stamp()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -104,6 +117,24 @@ class ModelStore:
         except OSError:
             return None
         return st.st_mtime_ns, st.st_size
+
+    def admin_path(self, path: str) -> str:
+        """``path`` as ``/admin/reload`` may load it: a shipped policy name, or a file under the
+        policy directory (a relative path is taken there; symbolic links are followed before the
+        check). Anything else raises :class:`PathNotAllowed` with one message for every path,
+        whether it exists or not."""
+        if path in SHIPPED:
+            return path
+        refused = PathNotAllowed(f"only files in the policy directory {self.directory} or shipped "
+                                 f"policy names ({', '.join(sorted(SHIPPED))}) may be loaded")
+        candidate = self.directory / path  # an absolute path replaces the directory
+        try:
+            real = Path(os.path.realpath(candidate))
+        except (ValueError, OSError):  # a NUL byte, a symlink loop
+            raise refused from None
+        if real == self.directory or not real.is_relative_to(self.directory):
+            raise refused
+        return str(candidate)  # as named: a symlink in the directory is followed when loaded
 
     def reload(self, path: str | None = None, strict: bool = False) -> tuple[bool, str]:
         """(changed, message). Loads ``path`` (default: the current file) and swaps it in.

@@ -1,99 +1,141 @@
-"""The roll-out gate: serve a policy actively only where its validation beats kube-default.
+"""The roll-out gate: serve a policy actively only where its evidence proves it, shadow elsewhere.
 
-A checkpoint carries its validation figures (``fedsched.common.learning.checkpoint`` metadata).
-The gate reads them for the cluster's *profile* and answers active or shadow, with the reason
-(``fedsched serve`` puts it in the log and in ``/metrics`` as ``fedsched_policy_active``):
+Evidence is what ``fedsched evidence POLICY --write`` stores in a checkpoint's metadata
+(:mod:`fedsched.common.sim.evidence`): for each profile, the policy beside kube-default on a
+validation cluster of realistic size (web 200 nodes, gpu 100, edge 40, at 85% load), replayed
+on several seeds, with every seed's paired difference. The gate reads it for each profile of the
+cluster (:func:`fedsched.common.model.profiles.cluster_profiles`: a mixed cluster is judged on
+each profile it holds and must pass all) and answers active only when, for every one of them:
 
-- **online policies** (metadata ``operating_mode: online``, ``agent/learning/online.py``): the
-  ``validation`` figures of the held-out clusters of the profile (``web-0``, ``gpu-1``, ... ;
-  GPU clusters are judged on the ``gpu`` and ``openb`` ones). Active only when, summed over
-  those clusters, the policy is no worse than kube-default on every primary metric
-  (:data:`PRIMARY`: hot CPU node-seconds, throttled CPU, OOM kills per 1,000 starts; ``TOLERANCE``
-  of slack) and strictly better on at least one. A policy that only ties kube-default (e.g.
-  clusters where nothing ever runs hot) gains nothing by serving and stays in shadow.
-- **policies of ``fedsched train``** (no operating mode: the shipped batch-packing ``default.pt``,
-  the TD3 ``td3-replay.pt``): their held-out evaluation (``eval_metric``, ``best_eval``) beside
-  kube-default's on the same run (``reference``). Active only when the policy beats kube-default
-  on that metric and, for a policy trained on a GPU cluster (``trained_on_gpus``; a checkpoint
-  without the flag counts as one, the cautious side), only on a GPU profile; a CPU-only cluster gets shadow (a
-  GPU-packing policy has nothing to offer it: "a CPU-only web cluster gets a GPU-packing policy").
-- anything else (no figures): shadow.
+- **the objective is better**, one-sided at 95% (Student t over the seeds): by default the
+  trouble score (the mean log ratio of hot CPU node-time, throttled CPU, OOM kills and failed
+  pods to kube-default's; its upper bound must be below 0); an operator may state another
+  (:data:`OBJECTIVES`: ``gpu-alloc`` for a batch training cluster that packs GPUs first, ...);
+- **no guardrail is worse**, one-sided at 95% (:data:`GUARDRAILS`: OOM kills, throttled CPU and
+  failed pods as log ratios, pending p99 as a difference; a lower bound above 0 is worse),
+  whatever the objective.
 
-The profile is given (``web``, ``gpu``, ``edge``) or inferred from the node inventory
-(:func:`fedsched.common.model.profiles.cluster_profile`: GPUs anywhere -> ``gpu``; every node
-at most ``EDGE_MAX_CORES`` cores -> ``edge``; otherwise ``web``).
+Anything else is shadow, with the reason and the figures: no evidence for the profile (a
+checkpoint without it, such as one trained before the evidence existed, or figures of the old
+single-run kind: a packing figure or one validation run never admits a policy into an online
+cluster), evidence from the ``quick`` clusters (8-10 nodes: nothing happens there), fewer than
+:data:`MIN_SEEDS` seeds, an objective not proven, or a guardrail that is worse.
 
 May import ``fedsched.common`` only.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fedsched.common.model.metrics import HIGHER_IS_BETTER
 from fedsched.common.model.profiles import PROFILES
+from fedsched.common.sim.paired import one_sided_bounds
 
-PRIMARY = ("hot_cpu_node_s", "throttled_cpu_core_s", "oom_kills_per_1k_starts")
-VALIDATION_GROUPS = {"web": ("web",), "edge": ("edge",), "gpu": ("gpu", "openb")}
-TOLERANCE = 0.02  # relative slack before "worse" (validation runs are single seeds)
+CONFIDENCE = 0.95
+MIN_SEEDS = 3  # fewer paired seeds than this prove nothing, whatever their mean
+
+
+@dataclass(frozen=True)
+class Figure:
+    """Where a figure lives in a profile's evidence, and which way is better."""
+
+    section: str  # "trouble_score" (top level), "log_ratio" or "diff"
+    metric: str
+    lower_is_better: bool = True
+
+    def values(self, entry: dict[str, Any]) -> list[float] | None:
+        node = entry.get(self.section) if self.section == "trouble_score" else \
+            (entry.get(self.section) or {}).get(self.metric)
+        vals = node.get("values") if isinstance(node, dict) else None
+        if not isinstance(vals, list) or not all(isinstance(v, int | float) for v in vals):
+            return None
+        return [float(v) for v in vals]
+
+    def label(self) -> str:
+        return "trouble score" if self.section == "trouble_score" else \
+            f"log ratio of {self.metric}" if self.section == "log_ratio" else f"{self.metric} difference"
+
+
+OBJECTIVES = {
+    "trouble": Figure("trouble_score", "trouble_score"),
+    "hot-cpu": Figure("log_ratio", "hot_cpu_node_s"),
+    "gpu-alloc": Figure("diff", "alloc_gpu", lower_is_better=False),
+    "gpu-frag": Figure("diff", "gpu_frag_amount_avg"),
+}
+"""The objectives an operator may state (``--gate-objective``); ``trouble`` (online health) by default."""
+GUARDRAILS = (
+    Figure("log_ratio", "oom_kills_per_1k_starts"),
+    Figure("log_ratio", "throttled_cpu_core_s"),
+    Figure("log_ratio", "failed_pods"),
+    Figure("diff", "pending_p99_s"),
+)
 
 
 @dataclass(frozen=True)
 class GateVerdict:
     active: bool
     reason: str
-    profile: str
+    profile: str  # the profiles judged, joined with "+" ("web", "gpu+web")
 
 
-def _online(meta: dict[str, Any], profile: str) -> GateVerdict:
-    groups = VALIDATION_GROUPS[profile]
-    rows = [r for k, r in (meta.get("validation") or {}).items() if str(k).rsplit("-", 1)[0] in groups]
-    if not rows:
-        return GateVerdict(False, f"no validation figures for the {profile} profile", profile)
-    worse, better = [], []
-    for m in PRIMARY:
-        p = sum(float(r["policy"].get(m, math.nan)) for r in rows)
-        k = sum(float(r["kube-default"].get(m, math.nan)) for r in rows)
-        if not (math.isfinite(p) and math.isfinite(k)):
-            return GateVerdict(False, f"validation figures for {profile} lack {m}", profile)
-        if p > k * (1 + TOLERANCE) + 1e-9:
-            worse.append(f"{m} {p:.4g} vs kube-default {k:.4g}")
-        elif p < k * (1 - TOLERANCE) - 1e-9:
-            better.append(f"{m} {p:.4g} vs {k:.4g}")
-    n = len(rows)
+def _judge(entry: dict[str, Any], profile: str, objective: str) -> tuple[bool, str]:
+    """One profile's evidence: (proven, reason with the figures)."""
+    where = f"{entry.get('nodes', '?')}-node {profile} validation cluster"
+    obj = OBJECTIVES[objective]
+    vals = obj.values(entry)
+    if vals is None:
+        return False, f"the {profile} evidence has no per-seed {obj.label()}"
+    mean, lo, hi, n = one_sided_bounds(vals, CONFIDENCE)
+    if n < MIN_SEEDS:
+        return False, f"{n} seeds on the {where} (at least {MIN_SEEDS} needed)"
+    bound = hi if obj.lower_is_better else lo
+    figure = f"{obj.label()} {mean:+.3g} (one-sided 95% bound {bound:+.3g}, {n} seeds, {where})"
+    proven = hi < 0 if obj.lower_is_better else lo > 0
+    if not proven:
+        return False, f"not proven better than kube-default: {figure}"
+    worse = []
+    for g in GUARDRAILS:
+        gv = g.values(entry)
+        if gv is None:
+            return False, f"the {profile} evidence has no per-seed {g.label()} (a guardrail)"
+        gm, glo, ghi, _ = one_sided_bounds(gv, CONFIDENCE)
+        bound = glo if g.lower_is_better else ghi
+        if (glo > 0) if g.lower_is_better else (ghi < 0):
+            worse.append(f"{g.label()} {gm:+.3g} (one-sided 95% bound {bound:+.3g})")
     if worse:
-        return GateVerdict(False, f"loses to kube-default on {n} {profile} validation clusters: "
-                                  + "; ".join(worse), profile)
-    if not better:
-        return GateVerdict(False, f"no better than kube-default on {n} {profile} validation clusters",
-                           profile)
-    return GateVerdict(True, f"beats kube-default on {n} {profile} validation clusters: " + "; ".join(better),
-                       profile)
+        return False, f"worse than kube-default on a guardrail: {'; '.join(worse)} ({where}; {figure})"
+    return True, f"better than kube-default: {figure}; no guardrail worse"
 
 
-def _trained(meta: dict[str, Any], profile: str) -> GateVerdict:
-    metric = meta.get("eval_metric")
-    value = (meta.get("best_eval") or {}).get("value")
-    kube = (meta.get("reference") or {}).get("kube-default")
-    if metric is None or value is None or kube is None or not math.isfinite(float(value)):
-        return GateVerdict(False, "no validation figures against kube-default in the checkpoint", profile)
-    on_gpus = bool(meta.get("trained_on_gpus", True))  # unknown: assume a GPU cluster (the cautious side)
-    if on_gpus and profile != "gpu":
-        return GateVerdict(False, f"validated on a GPU cluster ({metric}); this cluster is {profile}",
-                           profile)
-    value, kube = float(value), float(kube)
-    better = value > kube if metric in HIGHER_IS_BETTER else value < kube
-    if not better:
-        return GateVerdict(False, f"{metric} {value:.4g} does not beat kube-default's {kube:.4g}", profile)
-    return GateVerdict(True, f"{metric} {value:.4g} beats kube-default's {kube:.4g}", profile)
+def gate(meta: dict[str, Any], profiles: str | Sequence[str], objective: str = "trouble") -> GateVerdict:
+    """Active or shadow for a checkpoint's metadata on a cluster of ``profiles`` (one name, or
+    every profile of a mixed cluster)."""
+    names = (profiles,) if isinstance(profiles, str) else tuple(profiles)
+    for p in names:
+        if p not in PROFILES:
+            raise ValueError(f"unknown profile {p!r}: expected one of {', '.join(PROFILES)}")
+    if not names:
+        raise ValueError("no profile to judge")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown gate objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
+    label = "+".join(names)
+    evidence = meta.get("evidence")
+    if not isinstance(evidence, dict) or not isinstance(evidence.get("profiles"), dict):
+        return GateVerdict(False, "no paired evidence in the checkpoint (fedsched evidence POLICY --write "
+                                  "replays it beside kube-default at realistic size)", label)
+    if evidence.get("quick"):
+        return GateVerdict(False, "the checkpoint's evidence comes from the quick 8-10-node clusters, "
+                                  "which prove nothing", label)
+    reasons = []
+    for p in names:
+        entry = evidence["profiles"].get(p)
+        if not isinstance(entry, dict):
+            return GateVerdict(False, f"no paired evidence for the {p} profile in the checkpoint", label)
+        ok, why = _judge(entry, p, objective)
+        if not ok:
+            return GateVerdict(False, why if len(names) == 1 else f"{p}: {why}", label)
+        reasons.append(why if len(names) == 1 else f"{p}: {why}")
+    return GateVerdict(True, "; ".join(reasons), label)
 
-
-def gate(meta: dict[str, Any], profile: str) -> GateVerdict:
-    """Active or shadow for a checkpoint's metadata on a cluster of ``profile``."""
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}: expected one of {', '.join(PROFILES)}")
-    if meta.get("operating_mode") == "online":
-        return _online(meta, profile)
-    return _trained(meta, profile)

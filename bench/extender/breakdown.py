@@ -45,7 +45,7 @@ def breakdown(csv_path: Path, policy: str, bodies: list[tuple[bytes, bytes]], pa
     from fedsched.agent.serving.model_store import ModelStore
 
     cache = ClusterCache.from_csv(csv_path)
-    decider = Decider(cache, ModelStore(policy), DeciderConfig(gate="auto"))  # fedsched serve's defaults
+    decider = Decider(cache, ModelStore(policy), DeciderConfig(gate=None))  # the policy path (--gate off)
     server = ext.ExtenderServer(decider, port=0, allow_bind=True)
     try:
         raws = [b.replace(UID_TOKEN.encode(), f"bd-{k:06d}".encode()) for k, (b, _) in enumerate(bodies)]

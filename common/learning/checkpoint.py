@@ -102,6 +102,16 @@ def save_checkpoint(path: str | Path, policy: nn.Module, *, algorithm: str,
     return path
 
 
+def update_metadata(path: str | Path, updates: dict[str, Any]) -> None:
+    """Merge ``updates`` into a checkpoint's metadata, atomically; weights and optimizer state
+    are kept as they are. A file that cannot be served is refused (:class:`CheckpointError`)."""
+    load_checkpoint(path)
+    blob = torch.load(Path(path), map_location="cpu", weights_only=True)
+    blob["meta"] = {**blob["meta"], **updates}
+    with atomic_file(Path(path)) as f:
+        torch.save(blob, f)
+
+
 def load_checkpoint(path: str | Path) -> tuple[Any, dict[str, Any], dict | None]:
     """(policy, metadata, optimizer state or None); raises CheckpointError if unusable.
 

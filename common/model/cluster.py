@@ -177,6 +177,18 @@ class Pod:
         return 0 if self.is_gpu_share else self.num_gpu
 
     @classmethod
+    def many_from_table(cls, pods: PodTable, rows: np.ndarray) -> list[Pod]:
+        """``[Pod.from_table(pods, i) for i in rows]``, the columns read once (the same values)."""
+        idx = np.asarray(rows, dtype=np.int64)
+        cols = [getattr(pods, k)[idx].tolist() for k in (
+            "cpu", "mem", "num_gpu", "gpu_milli", "spec_mask", "qos", "disk_io", "net", "app", "cpu_limit",
+            "mem_limit")]
+        return [cls(index=i, cpu=int(c), mem=int(m), num_gpu=int(ng), gpu_milli=int(gm),
+                    spec_mask=int(sm), qos=int(q), disk_io=float(d), net=float(nw), app=int(a),
+                    cpu_limit=int(cl), mem_limit=int(ml))
+                for i, c, m, ng, gm, sm, q, d, nw, a, cl, ml in zip(idx.tolist(), *cols, strict=True)]
+
+    @classmethod
     def from_table(cls, pods: PodTable, i: int) -> Pod:
         return cls(
             index=i, cpu=int(pods.cpu[i]), mem=int(pods.mem[i]), num_gpu=int(pods.num_gpu[i]),
@@ -339,7 +351,7 @@ class ClusterState:
         applied on every call. The same booleans as a full pass."""
         if ids is None:
             return self._feasible_all(pod)
-        return self.alive[ids] & self._fits(pod, ids)
+        return self.alive[ids] & self.fits(pod, ids)
 
     @staticmethod
     def fit_key(pod: Pod) -> tuple[int, ...]:
@@ -348,8 +360,9 @@ class ClusterState:
             return (pod.cpu, pod.mem)
         return (pod.cpu, pod.mem, pod.num_gpu, pod.gpu_milli, pod.spec_mask)
 
-    def _fits(self, pod: Pod, ids: np.ndarray | None) -> np.ndarray:
-        """Whether ``pod`` fits each node of ``ids`` (all: None) by requests and GPUs, alive or not."""
+    def fits(self, pod: Pod, ids: np.ndarray | None) -> np.ndarray:
+        """Whether ``pod`` fits each node of ``ids`` (all: None) by requests and GPUs, alive or not
+        (:meth:`feasible` applies ``alive``). Depends only on what moves a node's ``version``."""
         sel = slice(None) if ids is None else ids
         nt = self.nodes
         ok = ((nt.cpu[sel] - self.cpu_req[sel]) >= pod.cpu) & ((nt.mem[sel] - self.mem_req[sel]) >= pod.mem)
@@ -373,23 +386,23 @@ class ClusterState:
             if len(cache) >= min(FIT_CACHE_SIZE, max(1, FIT_CACHE_BYTES // (9 * max(len(self.version), 1)))):
                 cache.clear()
             seen = self.version.copy()
-            hit = cache[key] = (self._fits(pod, None), seen)
+            hit = cache[key] = (self.fits(pod, None), seen)
         else:
             fits, seen = hit
             stale = np.flatnonzero(seen != self.version)
             if len(stale) > FIT_SCALAR_MAX:
                 v = self.version[stale]
-                fits[stale] = self._fits(pod, stale)
+                fits[stale] = self.fits(pod, stale)
                 seen[stale] = v
             elif len(stale):  # a few nodes changed (a bind, a departure): Python scalars beat numpy calls
                 for n in stale.tolist():
                     v = self.version[n]
-                    fits[n] = self._fits_one(pod, n)
+                    fits[n] = self.fits_one(pod, n)
                     seen[n] = v
         return hit[0] & self.alive
 
-    def _fits_one(self, pod: Pod, n: int) -> bool:
-        """:meth:`_fits` of one node in Python scalars (integer comparisons: the same answer)."""
+    def fits_one(self, pod: Pod, n: int) -> bool:
+        """:meth:`fits` of one node in Python scalars (integer comparisons: the same answer)."""
         nt = self.nodes
         if int(nt.cpu[n]) - int(self.cpu_req[n]) < pod.cpu or int(nt.mem[n]) - int(self.mem_req[n]) < pod.mem:
             return False
@@ -404,6 +417,9 @@ class ClusterState:
             return any(f >= pod.gpu_milli for f in free)
         return sum(f >= MILLI_PER_GPU for f in free) >= pod.num_gpu
 
+    _fits = fits  # the names the cache tests use
+    _fits_one = fits_one
+
     # ---- mutation ------------------------------------------------------------------
     def allocate(self, node: int, pod: Pod, gpus: tuple[int, ...]) -> None:
         """Bind ``pod`` to ``node`` using GPU slots ``gpus`` (empty for CPU pods)."""
@@ -412,8 +428,11 @@ class ClusterState:
         self.mem_req[node] += pod.mem
         self.cpu_req_nz[node] += pod.cpu_nonzero
         self.mem_req_nz[node] += pod.mem_nonzero
-        self.io_req[node] += pod.disk_io
-        self.net_req[node] += pod.net
+        # x + 0.0 is x bit for bit (but for -0.0, which a sum of requests never is): skipped.
+        if pod.disk_io:
+            self.io_req[node] += pod.disk_io
+        if pod.net:
+            self.net_req[node] += pod.net
         for g in gpus:
             self.gpu_free[node, g] -= pod.gpu_milli
         if pod.num_gpu:
@@ -423,8 +442,9 @@ class ClusterState:
             self.cpu_used[node] += pod.cpu
         if not self.mem_measured[node]:
             self.mem_used[node] += pod.mem
+        # Only the slots this pod took can have gone below 0.
         if (self.cpu_req[node] > self.nodes.cpu[node] or self.mem_req[node] > self.nodes.mem[node]
-                or (self.gpu_free[node] < 0).any()):
+                or (gpus and min(self.gpu_free[node].tolist()) < 0)):
             raise AssertionError(f"node {self.nodes.names[node]} over-allocated by pod {pod.index}")
 
     def release(self, node: int, pod: Pod, gpus: tuple[int, ...]) -> None:
@@ -434,8 +454,10 @@ class ClusterState:
         self.mem_req[node] -= pod.mem
         self.cpu_req_nz[node] -= pod.cpu_nonzero
         self.mem_req_nz[node] -= pod.mem_nonzero
-        self.io_req[node] -= pod.disk_io
-        self.net_req[node] -= pod.net
+        if pod.disk_io:
+            self.io_req[node] -= pod.disk_io
+        if pod.net:
+            self.net_req[node] -= pod.net
         for g in gpus:
             self.gpu_free[node, g] += pod.gpu_milli
         if pod.num_gpu:

@@ -89,6 +89,8 @@ class FragmentationModel:
     def node_frag(self, cpu_left: np.ndarray, gpu_left: np.ndarray,
                   model: np.ndarray) -> np.ndarray:
         """``F`` (milli-GPU) for node states: cpu_left[K], gpu_left[K, G], model[K]."""
+        if len(self.freq) == 0:  # no typical GPU pod: F is the idle GPU share (frag_from_parts' idle)
+            return gpu_left.sum(axis=1).astype(np.float64)
         return self.frag_from_parts(*self.gpu_parts(gpu_left), cpu_left, model)
 
     def gpu_parts(self, gpu_left: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

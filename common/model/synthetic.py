@@ -135,6 +135,10 @@ The three profiles are non-IID by construction: ``web`` has no GPUs, sub-core CP
 pods and Burstable-heavy QoS; ``gpu`` is dominated by GPU requests of whole GPUs, tens of
 cores per job and LS-heavy QoS; ``edge`` has tiny nodes and pods, BE-heavy QoS, minute-scale
 lifetimes and bursty arrivals.
+
+Every parameter is checked when a profile is made (a ValueError naming it): every number, alone
+or in a tuple, must be finite (a NaN ``diurnal_peak_hour`` made the arrivals' rejection sampling
+loop forever), and each has its range as stated above.
 """
 
 from __future__ import annotations
@@ -168,6 +172,16 @@ APP_SIZE_SIGMA = 1.0  # log-sd of the applications' popularity weights (heavy-ta
 def _check(cond: bool, profile: str, message: str) -> None:
     if not cond:
         raise ValueError(f"{profile}: {message}")
+
+
+def _check_finite(profile: str, name: str, value: object) -> None:
+    """A numeric parameter, or every number inside a tuple one, is finite (a NaN would make the
+    draws loop forever or fill the cluster with NaN)."""
+    if isinstance(value, tuple):
+        for v in value:
+            _check_finite(profile, name, v)
+    elif isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool):
+        _check(math.isfinite(value), profile, f"{name} must be a finite number, got {value}")
 
 
 def _check_weights(profile: str, name: str, weights: Sequence[float], n: int) -> None:
@@ -399,6 +413,8 @@ class ClusterProfile:
 
     def __post_init__(self) -> None:
         p = self.name
+        for f in fields(self):  # every profile's own fields too: they run this first
+            _check_finite(p, f.name, getattr(self, f.name))
         _check_range(p, "nodes_min", self.nodes_min, "nodes_max", self.nodes_max, minimum=1)
         _check_weights(p, "qos_weights", self.qos_weights, len(QOS_CLASSES))
         _check(self.pods_per_app >= 1 and math.isfinite(self.pods_per_app), p,
@@ -505,6 +521,10 @@ class WebProfile(ShapedProfile):
                         diurnal_period_hours=self.diurnal_period_hours)
         _check(0 <= self.diurnal_amplitude < 1, p,
                f"diurnal_amplitude must be in [0, 1), got {self.diurnal_amplitude}")
+        _check(math.isfinite(2 * math.pi * (self.trace_hours + abs(self.diurnal_peak_hour))
+                             / self.diurnal_period_hours), p,
+               f"diurnal_peak_hour {self.diurnal_peak_hour} and diurnal_period_hours "
+               f"{self.diurnal_period_hours} put the arrival rate's phase past float range")
         for k in ("disk_sigma", "net_sigma"):
             _check(getattr(self, k) >= 0, p, f"{k} must be non-negative")
 

@@ -123,13 +123,12 @@ def default_gpu_choice(state: ClusterState, pod: Pod, node: int) -> tuple[int, .
     """Lowest-indexed free GPUs for whole-GPU pods; best-fit GPU for a sharing pod."""
     if pod.num_gpu == 0:
         return ()
-    free = state.gpu_free[node]
+    free = state.gpu_free[node].tolist()  # a handful of slots: Python scalars beat numpy calls
     if pod.is_gpu_share:
-        fits = free >= pod.gpu_milli
-        left = np.where(fits, free - pod.gpu_milli, MILLI_PER_GPU + 1)
-        return (int(np.argmin(left)),)
-    whole = np.flatnonzero(free >= MILLI_PER_GPU)
-    return tuple(int(g) for g in whole[: pod.num_gpu])
+        m = pod.gpu_milli
+        left = [f - m if f >= m else MILLI_PER_GPU + 1 for f in free]
+        return (left.index(min(left)),)  # the first least, as argmin
+    return tuple([g for g, f in enumerate(free) if f >= MILLI_PER_GPU][: pod.num_gpu])
 
 
 @dataclass(frozen=True)
@@ -196,8 +195,25 @@ def place(scheduler: Scheduler, state: ClusterState, pod: Pod,
     or, when ``node_rank`` is given, to the best-ranked node: the FGD artefact's
     simulator renames nodes with a seeded random prefix and takes the first best node in
     name order, i.e. a fixed random priority per run.
+
+    Over all nodes (no ``candidates``), a scheduler with a ``top_nodes(state, pod)`` method
+    (kube-default) hands over the best feasible nodes itself, ids ascending, exactly those
+    :func:`rank` would tie between; the pick among them is the same.
     """
-    r = rank(scheduler, state, pod, rng, candidates, node_rank)
-    if r.best < 0:
+    top_nodes = getattr(scheduler, "top_nodes", None) if candidates is None else None
+    if top_nodes is None:
+        r = rank(scheduler, state, pod, rng, candidates, node_rank)
+        if r.best < 0:
+            return Placement(-1)
+        return Placement(r.node, scheduler.select_gpus(state, pod, r.node))
+    # The scheduler's shortcut: the nodes rank() would tie between, the same draw among them.
+    best = top_nodes(state, pod)
+    if len(best) == 0:
         return Placement(-1)
-    return Placement(r.node, scheduler.select_gpus(state, pod, r.node))
+    if len(best) == 1:
+        node = int(best[0])
+    elif node_rank is not None:
+        node = int(best[np.argmin(node_rank[best])])
+    else:
+        node = int(best[rng.integers(len(best))])
+    return Placement(node, scheduler.select_gpus(state, pod, node))

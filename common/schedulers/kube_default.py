@@ -77,6 +77,7 @@ import numpy as np
 
 from fedsched.common.model.cluster import ClusterState, Pod
 from fedsched.common.schedulers.base import Scheduler, SchedulerArgs, SchedulerContext
+from fedsched.common.schedulers.kube_default_kernel import top_kernel
 
 MAX_NODE_SCORE = 100  # fwk.MaxNodeScore
 FIT_WEIGHT = 1  # default_plugins.go: NodeResourcesFit
@@ -183,7 +184,11 @@ class KubeDefault(Scheduler):
     """The default profile (module docstring). A node's score is a function of that node's
     requests and capacity and of the pod's requests alone, so the scores over all nodes are
     kept per (state, pod request shape) and only nodes whose ``ClusterState.version`` moved are
-    scored again: elementwise the same operations on the same operands, the same bits."""
+    scored again: elementwise the same operations on the same operands, the same bits.
+
+    :meth:`top_nodes` (``place``'s shortcut over all nodes) keeps, per (state, pod fit shape),
+    one array holding each node's score where the pod fits and ``-inf`` where it does not, kept
+    the same way: the best alive nodes are then a max and a comparison over it."""
 
     name = "kube-default"
     Args = KubeDefaultArgs
@@ -191,11 +196,62 @@ class KubeDefault(Scheduler):
     def __init__(self, ctx: SchedulerContext | None = None, args: SchedulerArgs | None = None) -> None:
         super().__init__(ctx, args)
         self._cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self._top_cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     def __getstate__(self) -> dict[str, object]:
         # State serials are unique within one process only: a copy or a pickle (another
         # process) starts with an empty cache.
-        return {**self.__dict__, "_cache": {}}
+        return {**self.__dict__, "_cache": {}, "_top_cache": {}}
+
+    def __setstate__(self, d: dict[str, object]) -> None:
+        self.__dict__.update({"_top_cache": {}, **d})  # a pickle from before _top_cache existed
+
+    def top_nodes(self, state: ClusterState, pod: Pod) -> np.ndarray:
+        """The alive nodes where ``pod`` fits with the highest score, ids ascending (empty when
+        it fits nowhere): the nodes :func:`~fedsched.common.schedulers.base.rank` over all nodes
+        ties between, from the same scores (:meth:`score`'s values, ``ClusterState.fits``'s
+        answers). One compiled pass over the nodes (``kube_default_kernel``) when numba is
+        there, the numpy form otherwise."""
+        n = len(state.nodes)
+        key = (state.serial, n, *state.fit_key(pod))
+        cache = self._top_cache
+        hit = cache.get(key)
+        if hit is None:
+            if len(cache) >= min(SCORE_CACHE_SIZE, max(1, SCORE_CACHE_BYTES // (16 * max(n, 1)))):
+                cache.clear()
+            hit = cache[key] = (np.empty(n), np.full(n, -1, dtype=np.int64))  # versions are >= 0
+        eff, seen = hit
+        if top_kernel is not None:
+            nt = state.nodes
+            out = np.empty(n, dtype=np.int64)
+            k = top_kernel(eff, seen, state.version, state.alive, nt.cpu, nt.mem, state.cpu_req,
+                           state.mem_req, state.cpu_req_nz, state.mem_req_nz, state.gpu_free, nt.model,
+                           pod.cpu, pod.mem, pod.num_gpu, pod.gpu_milli, pod.spec_mask, out)
+            return out[:k]
+        version = state.version
+        # Each node's version is read before it is recomputed (as in score()).
+        stale = np.flatnonzero(seen != version)
+        if len(stale) > SCALAR_MAX:
+            v = version[stale]
+            eff[stale] = np.where(state.fits(pod, stale),
+                                  kube_default_scores(state, pod, stale).astype(np.float64), -np.inf)
+            seen[stale] = v
+        elif len(stale):
+            nt = state.nodes
+            for i in stale.tolist():
+                v = version[i]
+                eff[i] = kube_default_score_one(
+                    int(nt.cpu[i]), int(nt.mem[i]), int(state.cpu_req[i]), int(state.mem_req[i]),
+                    int(state.cpu_req_nz[i]), int(state.mem_req_nz[i]), pod,
+                ) if state.fits_one(pod, i) else -np.inf
+                seen[i] = v
+        alive = state.alive
+        if not alive.all():
+            eff = np.where(alive, eff, -np.inf)
+        best = eff.max()
+        if best == -np.inf:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(eff == best)
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         key = (state.serial, len(state.nodes), pod.cpu, pod.mem, pod.cpu_nonzero, pod.mem_nonzero)

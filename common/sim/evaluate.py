@@ -33,6 +33,7 @@ from fedsched.common.model.metrics import HIGHER_IS_BETTER, LEGACY_COUNTERS, MET
 from fedsched.common.model.traces import split_by_hash
 from fedsched.common.schedulers import Scheduler, SchedulerContext, make_scheduler
 from fedsched.common.sim.packing import CURVE_X, run_packing
+from fedsched.common.sim.paired import paired_against
 
 
 @dataclass
@@ -48,6 +49,7 @@ class EvalSpec:
     test_fraction: float | None = 0.3  # hash split; None = no split (published protocol)
     train_pods: PodTable | None = None  # explicit statistics source (overrides the split)
     replay_options: dict[str, Any] = field(default_factory=dict)
+    reference: str = "kube-default"  # the paired comparisons are taken against it (when it runs)
 
 
 @dataclass
@@ -109,8 +111,10 @@ def evaluate(spec: EvalSpec, jobs: int | None = None,
              progress: Callable[[int, int, RunOutput], None] | None = None) -> dict[str, Any]:
     """Run every (policy, seed) and aggregate: ``{"policies": {NAME: {METRIC: {mean, ci95}}}}``.
 
-    The result also carries ``runs`` (per-seed metrics) and, in packing mode, ``curves``
-    (mean allocation % against arrived % per policy) for the plot.
+    The result also carries ``runs`` (per-seed metrics), ``paired`` (every other policy against
+    ``spec.reference`` seed by seed: :func:`fedsched.common.sim.paired.paired_against`; when the
+    reference is among the policies) and, in packing mode, ``curves`` (mean allocation % against
+    arrived % per policy) for the plot.
     """
     train, _ = _split(spec)
     for p in spec.policies:  # fail fast on unknown names, before any worker starts
@@ -152,6 +156,9 @@ def aggregate(spec: EvalSpec, outputs: list[RunOutput]) -> dict[str, Any]:
             ok = ~np.isnan(arr)
             mean = np.where(ok.any(axis=0), np.nansum(arr, axis=0) / np.maximum(ok.sum(axis=0), 1), np.nan)
             result["curves"][p] = [float(v) for v in mean]
+    if spec.reference in result["runs"] and len(spec.policies) > 1:
+        result["reference"] = spec.reference
+        result["paired"] = paired_against(result["runs"], spec.reference)
     return result
 
 

@@ -57,7 +57,7 @@ def test_serve_local_mode_from_a_config_file_and_stop_cleanly(tmp_path):
     cfg = tmp_path / "serve.yaml"
     cfg.write_text(
         f"policy: learned\ncluster-csv: {NODES}\ninsecure: true\nport: 0\nhost: 127.0.0.1\n"
-        f"budget-ms: 50\ndecision-log: {tmp_path / 'log'}\noutcome-horizon: 3600\n"
+        f"budget-ms: 50\ndecision-log: {tmp_path / 'log'}\noutcome-horizon: 3600\ngate: 'off'\n"
     )
     with serve_process("--config", str(cfg), "--log-format", "json") as sp:
         with urllib.request.urlopen(sp.base + "/readyz", timeout=10) as r:
@@ -91,24 +91,62 @@ def _metrics(sp) -> str:
         return r.read().decode()
 
 
-@pytest.mark.parametrize(("gpus", "active"), [(0, False), (4, True)], ids=["cpu-only", "gpu"])
-def test_the_roll_out_gate_serves_the_packing_policy_actively_on_gpu_clusters_only(tmp_path, gpus, active):
-    """The shipped batch-packing policy (GPU allocation beats kube-default in its validation)
-    serves a GPU cluster actively; a CPU-only one gets shadow mode, with the reason in /metrics
-    and the log."""
+def _with_evidence(tmp_path: Path, profiles: dict[str, list[float]]) -> Path:
+    """The shipped online policy with paired evidence of the given per-seed trouble scores (every
+    guardrail flat), as ``fedsched evidence --write`` stores it."""
+    import shutil
+
+    from fedsched.common.learning.checkpoint import update_metadata
+    from fedsched.common.model.metrics import TROUBLE_SMOOTHING
+    from fedsched.common.schedulers import LEARNED_ONLINE, default_policy_path
+
+    path = tmp_path / "policy.pt"
+    shutil.copy(default_policy_path(LEARNED_ONLINE), path)
+    flat = {"values": [0.0] * 8}
+    entries = {p: {"nodes": 200, "seeds": list(range(8)), "trouble_score": {"values": v},
+                   "log_ratio": dict.fromkeys(TROUBLE_SMOOTHING, flat), "diff": {"pending_p99_s": flat}}
+               for p, v in profiles.items()}
+    update_metadata(path, {"evidence": {"format": 1, "quick": False, "profiles": entries}})
+    return path
+
+
+@pytest.mark.parametrize(("gpus", "active", "says"), [
+    (0, True, "better than kube-default: trouble score -0.298 (one-sided 95% bound -0.259, 8 seeds"),
+    (4, False, "no paired evidence for the gpu profile"),
+], ids=["web-proven", "gpu-unproven"])
+def test_the_roll_out_gate_serves_a_policy_actively_only_where_its_evidence_proves_it(tmp_path, gpus, active,
+                                                                                       says):
+    """A policy whose evidence proves it on web clusters serves a CPU-only cluster actively and a
+    GPU cluster in shadow mode, with the verdict, its reason and figures in /metrics and the log."""
+    policy = _with_evidence(tmp_path, {"web": [-0.30, -0.25, -0.35, -0.28, -0.31, -0.22, -0.40, -0.27]})
     csv = tmp_path / "nodes.csv"
     csv.write_text("sn,cpu_milli,memory_mib,gpu,model\n"
                    + "".join(f"n{i},32000,131072,{gpus},{'V100' if gpus else ''}\n" for i in range(3)))
-    with serve_process("--policy", "learned", "--cluster-csv", str(csv), "--insecure", "--host", "127.0.0.1",
-                       "--port", "0", "--budget-ms", "200") as sp:
+    with serve_process("--policy", str(policy), "--cluster-csv", str(csv), "--insecure", "--host",
+                       "127.0.0.1", "--port", "0", "--budget-ms", "200") as sp:
         pod = pod_to_json(Pod(-1, 1000, 1024, 0, 0, 0, 1), "p", uid="u1")
         _prioritize(sp, pod, ["n0", "n1", "n2"])
         text = _metrics(sp)
     gauge = [x for x in text.splitlines() if x.startswith("fedsched_policy_active{")]
     assert len(gauge) == 1, gauge
     assert gauge[0].endswith(" 1.0" if active else " 0.0"), gauge
-    assert ('profile="gpu"' if active else 'profile="web"') in gauge[0]
+    assert ('profile="web"' if not gpus else 'profile="gpu"') in gauge[0] and says in gauge[0], gauge
     decisions = [x for x in text.splitlines() if x.startswith("fedsched_decisions_total{")]
     assert any(f'mode="{"active" if active else "shadow"}"' in x for x in decisions), decisions
-    if not active:
-        assert "validated on a GPU cluster" in gauge[0] and "roll-out gate" in sp.stderr
+    assert "roll-out gate" in sp.stderr and says in sp.stderr
+
+
+@pytest.mark.parametrize("name", ["learned", "learned-td3"])
+def test_the_packing_policies_stay_in_shadow_on_a_gpu_cluster(tmp_path, name):
+    """The shipped packing and TD3 policies are not proven on GPU clusters by their evidence (they
+    run hotter than kube-default there): ``fedsched serve --mode active`` keeps them in shadow."""
+    csv = tmp_path / "nodes.csv"
+    csv.write_text("sn,cpu_milli,memory_mib,gpu,model\n"
+                   + "".join(f"n{i},32000,131072,4,V100\n" for i in range(3)))
+    with serve_process("--policy", name, "--cluster-csv", str(csv), "--insecure", "--host", "127.0.0.1",
+                       "--port", "0", "--budget-ms", "200") as sp:
+        pod = pod_to_json(Pod(-1, 1000, 1024, 0, 0, 0, 1), "p", uid="u1")
+        _prioritize(sp, pod, ["n0", "n1", "n2"])
+        text = _metrics(sp)
+    gauge = [x for x in text.splitlines() if x.startswith("fedsched_policy_active{")]
+    assert len(gauge) == 1 and gauge[0].endswith(" 0.0") and 'profile="gpu"' in gauge[0], gauge

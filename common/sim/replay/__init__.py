@@ -21,6 +21,10 @@ the best-effort idle-capacity cap; :data:`BEST_EFFORT`, :data:`GUARANTEED`,
 ``INNOVATION_TABLE_MIN``), OOM kills and overload transitions at each usage tick;
 :class:`UsageModel`, an object the simulator owns (``sim.usage``) and calls.
 
+``usage_kernel``: the usage model's start, stop and tick loops and the telemetry window
+compiled with numba (the same bits as ``usage``'s numpy forms), which the simulator hands the
+usage model; it imports no other module of the sub-package.
+
 ``churn``: node failures and repairs and the autoscaler (spare pool, scale-up,
 scale-down); :class:`NodeChurn`, an object the simulator owns (``sim.churn``) and calls.
 

@@ -90,6 +90,7 @@ from fedsched.common.sim.replay.config import (
     ReplayConfig,
 )
 from fedsched.common.sim.replay.usage import UsageModel
+from fedsched.common.sim.replay.usage_kernel import KERNELS, CompiledUsageWindow
 from fedsched.common.sim.replay.workload import ReplayWorkload, replay_workload
 
 
@@ -132,7 +133,7 @@ class ReplaySimulator:
         ns = self.node_stats = NodeStats.zeros(n_nodes)
         # Usage parameters for every pod (drawn up front from g_work, after the workload:
         # independent of the scheduler); the noise from g_usage.
-        self.usage = UsageModel(cfg, nodes, pods, self.state, ns, g_work, g_usage)
+        self.usage = UsageModel(cfg, nodes, pods, self.state, ns, g_work, g_usage, kernels=KERNELS)
         self._inv_cap100 = 100.0 / self.usage.cap_cpu
         # What a scorer may see beyond requests, shared with the feature builder through the
         # state (the arrays are node_stats' own, updated in place).
@@ -145,7 +146,9 @@ class ReplaySimulator:
         # the load-aware scorers read (state.telemetry.cpu_mean/std, mem_mean/std).
         self.load_metrics = LoadMetrics(self.state, LoadMetricsConfig(
             threshold=cfg.overload_threshold, window_s=cfg.hot_window_s, sla_s=cfg.sla_s))
-        self._stats = UsageWindow((2, n_nodes), cfg.stats_window_s)  # rows: CPU, memory
+        self._stats: UsageWindow | CompiledUsageWindow = (  # rows: CPU, memory
+            UsageWindow((2, n_nodes), cfg.stats_window_s) if KERNELS is None
+            else CompiledUsageWindow((2, n_nodes), cfg.stats_window_s))
         self._use = np.zeros((2, n_nodes))  # this tick's real use / capacity (reused buffer)
         # GPU fragmentation kept per node; nodes whose allocation changed are recomputed at the tick.
         self._frag = FragTracker(self.state, typical)
@@ -165,6 +168,8 @@ class ReplaySimulator:
         for k, p in enumerate(wl.pod.tolist()):
             self._remaining[p] = float(wl.duration[k])
         self._pod_cache: list[Pod | None] = [None] * n_pods
+        for p, pod in zip(wl.pod.tolist(), Pod.many_from_table(pods, wl.pod), strict=True):
+            self._pod_cache[p] = pod
 
         # Event machinery.
         self._heap: list[tuple[float, int, int, int, int]] = []
@@ -530,9 +535,8 @@ class ReplaySimulator:
         """Feed this tick (its values hold for ``dt``) to the online metrics and the windowed
         telemetry; bring the per-node GPU fragmentation up to date first."""
         s, n = self.state, len(self.nodes)
-        changed = np.flatnonzero(s.alive != self._frag_alive)
-        if len(changed):
-            self._frag_dirty.update(changed.tolist())
+        if s.alive.tobytes() != self._frag_alive.tobytes():  # (cheaper than a numpy comparison)
+            self._frag_dirty.update(np.flatnonzero(s.alive != self._frag_alive).tolist())
             self._frag_alive[:] = s.alive
         if self._frag_dirty and self._frag.model is not None:
             self._frag.update_nodes(np.fromiter(self._frag_dirty, dtype=np.int64))

@@ -139,6 +139,13 @@ an OOM kill is handed back to the simulator (``step``'s ``kill``), which release
 requeues the pod. ``_pf[_BASE]`` / ``_pf[_BASE + 1]`` hold every pod's mean CPU / memory
 level (``base_r`` above, before limits).
 
+**Speed.** Handed the compiled loops (``kernels``: the simulator passes
+:data:`~fedsched.common.sim.replay.usage_kernel.KERNELS`, numba), ``start``, ``stop`` and a
+tick's per-pod and per-node loops run compiled: the same operations on the same operands in the
+same order, so the same bits. The numpy forms below run without them (no numba, or
+``kernels=None``) and are the reference ``tests/common/sim/test_replay_kernels.py`` compares
+the compiled loops with.
+
 May import: ``fedsched.common.model`` and ``config`` of this sub-package (never ``simulator``).
 """
 
@@ -153,6 +160,8 @@ import numpy as np
 from fedsched.common.model.cluster import DEFAULT_MEMORY_REQUEST_MIB, DEFAULT_MILLI_CPU_REQUEST
 
 if TYPE_CHECKING:
+    from types import SimpleNamespace
+
     from fedsched.common.model.cluster import ClusterState, NodeTable, PodTable
     from fedsched.common.sim.replay.config import NodeStats, ReplayConfig
 
@@ -220,7 +229,8 @@ class UsageModel:
     ``state`` whose ``cpu_used`` / ``mem_used`` it keeps current, the ``node_stats`` whose
     overload, OOM and trend fields it writes, the workload generator ``g_work`` (every pod's
     levels, drawn here: the same for every scheduler of one seed) and the usage generator
-    ``g_usage`` (the noise).
+    ``g_usage`` (the noise); ``kernels`` the compiled loops (module docstring, "Speed"), None
+    for the numpy forms.
 
     Public state read by the simulator: the float capacities ``cap_cpu`` / ``cap_mem``, the
     per-node CPU demand ``cpu_demand`` (before throttling; replaced at each tick) and the
@@ -236,7 +246,8 @@ class UsageModel:
     """
 
     def __init__(self, config: ReplayConfig, nodes: NodeTable, pods: PodTable, state: ClusterState,
-                 node_stats: NodeStats, g_work: np.random.Generator, g_usage: np.random.Generator) -> None:
+                 node_stats: NodeStats, g_work: np.random.Generator, g_usage: np.random.Generator,
+                 kernels: SimpleNamespace | None = None) -> None:
         cfg = self.config = config
         self.state, self.node_stats, self._g_usage = state, node_stats, g_usage
         n_nodes, n_pods = len(nodes), len(pods)
@@ -297,6 +308,9 @@ class UsageModel:
         # One daily cycle per QoS class: wave_c(t) = cos(omega t - phase_c), t in sim seconds.
         self._omega = 2 * np.pi * cfg.time_compression / cfg.usage_period_s
         self._phase = 2 * np.pi * per_class(cfg.usage_peak_hour) * 3600.0 / cfg.usage_period_s
+        # For start(): Python scalars.
+        self._phase_f, self._cap_mem_f = self._phase.tolist(), self.cap_mem.tolist()
+        self._cls_l = qos.tolist()
         self._n_be = 0  # running best-effort pods with the idle-capacity cap
         # AR(1) innovations: a tick reads a contiguous block at a random offset of a
         # pre-drawn table (drawing fresh normals for every running pod per tick is slow).
@@ -310,6 +324,7 @@ class UsageModel:
         self._s_pod = np.zeros(n_pods, dtype=np.int64)
         self._slot = [-1] * n_pods  # slot of a running pod, -1 when not running
         self._n_active = 0
+        self._kernels = kernels  # the compiled loops (usage_kernel.KERNELS); None: the numpy forms
 
     # ---- what the model shows ----------------------------------------------------------
     def running_use(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -322,6 +337,10 @@ class UsageModel:
         """Per node, the number of running pods and the CPU use of its largest one (0 if none)."""
         n = len(self.cap_cpu)
         k = self._n_active
+        if self._kernels is not None:
+            pods, max_pod = np.zeros(n, dtype=np.int64), np.zeros(n)
+            self._kernels.per_node(self._s_node, self._sf[_CUR], k, pods, max_pod)
+            return pods, max_pod
         nodes, cpu = self._s_node[:k], self._sf[_CUR, :k]
         pods = np.bincount(nodes, minlength=n)
         max_pod = np.zeros(n)
@@ -371,11 +390,19 @@ class UsageModel:
         self._slot[p] = k
         self._s_pod[k] = p
         self._s_node[k] = n
+        if self._kernels is not None:
+            c = self._cls_l[p]
+            self._s_cls[k] = c
+            s = self.state
+            self._n_be += self._kernels.start(
+                self._pf, self._sf, p, k, n, math.cos(self._omega * now - self._phase_f[c]), self.cap_cpu,
+                self.cap_mem, self.cpu_demand, s.cpu_used, s.mem_used)
+            return
         col = self._pf[:, p].tolist()
-        col[_MAX + 1] = min(col[_MAX + 1], self.cap_mem[n])  # one pod alone never OOMs its node
+        col[_MAX + 1] = min(col[_MAX + 1], self._cap_mem_f[n])  # one pod alone never OOMs its node
         c = int(col[_CLS])
         self._s_cls[k] = c
-        wave = math.cos(self._omega * now - self._phase[c])
+        wave = math.cos(self._omega * now - self._phase_f[c])
         cu = min(max(0.0, col[_BASE] * (1.0 + col[_EPS]) + col[_AMP] * wave), col[_MAX])
         if col[_BEF]:  # best effort: at most what the node leaves idle now
             cu = min(cu, max(0.0, self.cap_cpu[n] - self.cpu_demand[n]))
@@ -394,12 +421,24 @@ class UsageModel:
         if k < 0:
             return False
         self._app_sums = None
+        last = self._n_active - 1
+        if self._kernels is not None:
+            s = self.state
+            r = self._kernels.stop(self._pf, self._sf, p, k, last, n, self._s_pod, self._s_node, self._s_cls,
+                                   self.cpu_demand, self.cap_cpu, s.cpu_used, s.mem_used)
+            if r < 0:
+                self._n_be -= 1
+            q = abs(r) - 1
+            if q >= 0:
+                self._slot[q] = k
+            self._n_active = last
+            self._slot[p] = -1
+            return True
         sf = self._sf
         cu, mu = float(sf[_CUR, k]), float(sf[_CUR + 1, k])
         self._pf[_EPS:_EPS + 2, p] = sf[_EPS:_EPS + 2, k]  # keep the noise state for a restart
         if sf[_BEF, k]:
             self._n_be -= 1
-        last = self._n_active - 1
         if k != last:  # move the last slot into the hole
             q = int(self._s_pod[last])
             sf[:, k] = sf[:, last]
@@ -428,7 +467,16 @@ class UsageModel:
         k = self._n_active
         self._app_sums = None
         n_nodes = len(s.alive)
-        if k:
+        kern = self._kernels
+        over_mem = True  # some node may use more memory than it has (the numpy form looks)
+        if kern is not None:
+            demand = np.zeros(n_nodes)
+            at = int(self._g_usage.integers(self._innov.shape[1] - k + 1)) if k else 0
+            wave = np.cos(self._omega * now - self._phase)
+            over_mem = kern.step(self._sf, k, self._rho, self._innov, at, wave, self._s_cls, self._s_node,
+                                 self.cap_cpu, self.cap_mem, self._n_be, demand, s.cpu_used, s.mem_used) > 0
+            self.cpu_demand = demand
+        elif k:
             sf = self._sf
             eps = sf[_EPS:_EPS + 2, :k]
             eps *= self._rho
@@ -468,10 +516,11 @@ class UsageModel:
         else:
             self.cpu_demand[:] = 0.0
             s.mem_used[:] = 0.0
-        np.minimum(self.cpu_demand, self.cap_cpu, out=s.cpu_used)
+        if kern is None:
+            np.minimum(self.cpu_demand, self.cap_cpu, out=s.cpu_used)
         # OOM: kill the lowest-priority, most recently started running pod until memory fits.
         n_oom = 0
-        for n in np.flatnonzero(s.mem_used > self.cap_mem).tolist():
+        for n in np.flatnonzero(s.mem_used > self.cap_mem).tolist() if over_mem else ():
             while s.mem_used[n] > self.cap_mem[n]:
                 m = self._n_active
                 cands = self._s_pod[:m][self._s_node[:m] == n].tolist()
@@ -482,7 +531,14 @@ class UsageModel:
                 kill(victim, min(cfg.oom_restart_s * 2.0 ** (kills - 1), cfg.oom_restart_max_s))
                 ns.oom_count[n] += 1
                 n_oom += 1
-        # Overload transitions, trend.
+        # Overload transitions, trend (trend += alpha * (delta / dt - trend), in place: observers
+        # may hold the arrays).
+        a, dt = cfg.trend_alpha, cfg.usage_tick_s
+        if kern is not None:
+            n_over = kern.overload_trend(s.cpu_used, s.mem_used, self.cap_cpu, cfg.overload_threshold,
+                                         ns.overloaded, ns.overload_count, ns.cpu_trend, ns.mem_trend,
+                                         self._prev_cpu, self._prev_mem, a / dt, 1 - a)
+            return n_oom, n_over
         over = s.cpu_used > cfg.overload_threshold * self.cap_cpu
         new = over & ~ns.overloaded
         n_over = 0
@@ -490,8 +546,6 @@ class UsageModel:
             ns.overload_count += new
             n_over = int(new.sum())
         ns.overloaded[:] = over
-        # trend += alpha * (delta / dt - trend), in place (observers may hold the arrays)
-        a, dt = cfg.trend_alpha, cfg.usage_tick_s
         for trend, used, prev in ((ns.cpu_trend, s.cpu_used, self._prev_cpu),
                                   (ns.mem_trend, s.mem_used, self._prev_mem)):
             np.subtract(used, prev, out=prev)

@@ -74,13 +74,16 @@ def test_deployed_member_learns_from_its_own_data_and_decision_log(tmp_path):
     from fedsched.common.federation.weights import load_npz
     from fedsched.common.learning.checkpoint import load_checkpoint
 
-    # the roll-out gate of the member's extender judges the mix on the member's own validation pods
+    # the roll-out gate of the member's extender judges the mix on evidence from the member's own
+    # validation pods: paired replays beside kube-default, one value per seed
     _, meta, _ = load_checkpoint(tmp_path / "serve" / "policy.pt")
-    assert meta["operating_mode"] == "online" and set(meta["validation"]) == {"gpu-own"}
-    rows = meta["validation"]["gpu-own"]
-    assert set(rows) == {"policy", "kube-default"} and rows["kube-default"]["failed_pods"] >= 0
+    assert meta["operating_mode"] == "online" and set(meta["evidence"]["profiles"]) == {"gpu"}
+    own = meta["evidence"]["profiles"]["gpu"]
+    assert own["scenario"] == "own" and len(own["seeds"]) == len(own["trouble_score"]["values"]) == 5
+    assert set(own["log_ratio"]) >= {"oom_kills_per_1k_starts", "failed_pods"}
     verdict = gate(meta, "gpu")
-    assert verdict.reason and ("beats" in verdict.reason) == verdict.active
+    assert verdict.reason and verdict.reason.startswith("better than kube-default") == verdict.active
+    assert not list((tmp_path / "serve").glob(".*staged*"))  # written beside, moved into place
     served = ModelStore(str(tmp_path / "serve" / "policy.pt")).current.scheduler.policy
     local = load_npz(tmp_path / "state" / "prod-eu" / "local.npz")
     mix = personalised_mix(local, glob, 0.2)

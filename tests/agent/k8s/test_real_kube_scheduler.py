@@ -201,7 +201,7 @@ def _stack(c: Cluster, root: Path) -> Iterator[Stack]:
     with serve_process(
         "--policy", str(c.policy), "--kubeconfig", str(c.cp.kubeconfig), "--host", "127.0.0.1", "--port", "0",
         "--tls-cert", str(c.server.cert), "--tls-key", str(c.server.key), "--client-ca", str(c.ca),
-        "--mode", "active", "--budget-ms", str(BUDGET_MS), "--scheduler-name", SCHEDULER,
+        "--mode", "active", "--gate", "off", "--budget-ms", str(BUDGET_MS), "--scheduler-name", SCHEDULER,
         "--watch-policy", "0", "--log-format", "text", stderr_path=root / "serve.log",
     ) as sp:
         relay_client = scheduler_client_tls(c)

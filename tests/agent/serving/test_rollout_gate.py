@@ -1,87 +1,162 @@
-"""The roll-out gate: active only where the checkpoint's validation beats kube-default."""
+"""The roll-out gate: active only where paired evidence at realistic size proves the policy better
+than kube-default on the objective, one-sided at 95%, with no guardrail worse; shadow otherwise,
+with the reason and the figures."""
 
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import pytest
 
-from fedsched.agent.serving.rollout_gate import gate
-from fedsched.common.model.profiles import cluster_profile
+from fedsched.agent.serving.rollout_gate import GUARDRAILS, OBJECTIVES, gate
+from fedsched.common.model.metrics import TROUBLE_SMOOTHING
+from fedsched.common.model.profiles import cluster_profile, cluster_profiles
+from fedsched.common.schedulers import LEARNED, LEARNED_ONLINE, LEARNED_TD3
 from tests.builders import make_nodes
 
-
-def _rows(policy: dict[str, float], kube: dict[str, float]) -> dict[str, dict[str, float]]:
-    base = {"hot_cpu_node_s": 0.0, "throttled_cpu_core_s": 0.0, "oom_kills_per_1k_starts": 0.0}
-    return {"policy": {**base, **policy}, "kube-default": {**base, **kube}}
+CALM = [0.0] * 8
 
 
-def _online(**clusters: dict[str, dict[str, float]]) -> dict:
-    return {"operating_mode": "online", "validation": {k.replace("_", "-"): v for k, v in clusters.items()}}
+def _s(values: list[float]) -> dict:
+    return {"values": values}
 
 
-PACKING = {"eval_metric": "alloc_gpu", "best_eval": {"value": 95.99}, "reference": {"kube-default": 94.70}}
+def _entry(trouble: list[float] | None = None, nodes: int = 200, **figures: list[float]) -> dict:
+    """One profile's evidence: per-seed values (8 seeds of 0 unless given)."""
+    log_ratio = {m: _s(figures.get(m, CALM)) for m in TROUBLE_SMOOTHING}
+    diff = {m: _s(figures.get(m, CALM)) for m in ("pending_p99_s", "alloc_gpu", "gpu_frag_amount_avg")}
+    diff["hot_cpu_node_s"] = _s(figures.get("hot_cpu_node_s", CALM))
+    return {"nodes": nodes, "seeds": list(range(8)), "log_ratio": log_ratio, "diff": diff,
+            "trouble_score": _s(trouble if trouble is not None else CALM)}
 
 
-@pytest.mark.parametrize(("meta", "profile", "active", "says"), [
-    # online: better on one metric, no worse on the others -> active
-    (_online(web_0=_rows({"hot_cpu_node_s": 100.0}, {"hot_cpu_node_s": 900.0})), "web", True, "beats"),
-    # online: better on hot time but worse on throttling -> shadow, and the losing metric is named
-    (_online(web_0=_rows({"hot_cpu_node_s": 100.0, "throttled_cpu_core_s": 50.0},
-                         {"hot_cpu_node_s": 900.0, "throttled_cpu_core_s": 10.0})),
-     "web", False, "throttled_cpu_core_s 50 vs kube-default 10"),
-    # online: a policy that loses gets shadow even where it wins on another cluster of the profile
-    (_online(gpu_0=_rows({"oom_kills_per_1k_starts": 0.0}, {"oom_kills_per_1k_starts": 5.0}),
-             openb_0=_rows({"oom_kills_per_1k_starts": 9.0}, {"oom_kills_per_1k_starts": 1.0})),
-     "gpu", False, "oom_kills_per_1k_starts"),
-    # online: ties everywhere (calm clusters) -> shadow: nothing to gain
-    (_online(edge_0=_rows({}, {})), "edge", False, "no better"),
-    # online: figures only for other profiles -> shadow
-    (_online(web_0=_rows({"hot_cpu_node_s": 1.0}, {"hot_cpu_node_s": 9.0})), "edge", False,
-     "no validation figures"),
-    # online: within the tolerance is not worse
-    (_online(web_0=_rows({"hot_cpu_node_s": 100.0, "throttled_cpu_core_s": 1000.0},
-                         {"hot_cpu_node_s": 900.0, "throttled_cpu_core_s": 990.0})), "web", True, "beats"),
-    # packing: a GPU-packing policy that beats kube-default serves a GPU cluster, not a CPU-only one
-    (PACKING, "gpu", True, "beats kube-default's 94.7"),
-    (PACKING, "web", False, "validated on a GPU cluster"),
-    (PACKING, "edge", False, "validated on a GPU cluster"),
-    # a replay-trained policy (lower is better) on a CPU cluster it was trained on
-    ({"eval_metric": "hot_cpu_node_s", "best_eval": {"value": 10.0}, "reference": {"kube-default": 30.0},
-      "trained_on_gpus": False}, "web", True, "beats"),
-    ({"eval_metric": "hot_cpu_node_s", "best_eval": {"value": 40.0}, "reference": {"kube-default": 30.0},
-      "trained_on_gpus": False}, "web", False, "does not beat"),
-    ({**PACKING, "best_eval": {"value": 94.0}}, "gpu", False, "does not beat"),
-    # no figures at all
-    ({}, "gpu", False, "no validation figures"),
+def _meta(quick: bool = False, **profiles: dict) -> dict:
+    return {"evidence": {"format": 1, "reference": "kube-default", "quick": quick, "profiles": profiles}}
+
+
+PACKS = [1.0, 1.2, 0.9, 1.1, 1.0, 1.3, 0.8, 1.1]  # GPU allocation gained, in points
+BETTER = [-0.30, -0.25, -0.35, -0.28, -0.31, -0.22, -0.40, -0.27]  # clearly below 0
+NOISY = [-0.9, 0.6, -0.7, 0.5, -0.8, 0.7, -0.6, 0.4]  # mean below 0, interval across it
+WORSE = [0.40, 0.35, 0.50, 0.45, 0.38, 0.42, 0.55, 0.47]  # clearly above 0
+
+
+@pytest.mark.parametrize(("meta", "profiles", "objective", "active", "says"), [
+    # proven better on the objective, no guardrail worse -> active, with the figure and its bound
+    (_meta(web=_entry(BETTER)), "web", "trouble", True,
+     "better than kube-default: trouble score -0.298 (one-sided 95% bound -0.259, 8 seeds, 200-node"),
+    # a mean below 0 whose interval crosses it proves nothing
+    (_meta(web=_entry(NOISY)), "web", "trouble", False, "not proven better"),
+    (_meta(web=_entry(WORSE)), "web", "trouble", False, "not proven better"),
+    # better on the objective but OOM kills rise past the guardrail -> shadow, the guardrail named
+    (_meta(gpu=_entry(BETTER, oom_kills_per_1k_starts=WORSE)), "gpu", "trouble", False,
+     "guardrail: log ratio of oom_kills_per_1k_starts +0.44"),
+    (_meta(gpu=_entry(BETTER, pending_p99_s=[30.0 + k for k in range(8)])), "gpu", "trouble", False,
+     "pending_p99_s difference"),
+    # a noisy guardrail is not "worse": only a significant rise blocks
+    (_meta(gpu=_entry(BETTER, throttled_cpu_core_s=NOISY)), "gpu", "trouble", True, "no guardrail worse"),
+    # the operator's objective: GPU allocation (higher is better) on a batch training cluster
+    (_meta(gpu=_entry(WORSE, alloc_gpu=PACKS)), "gpu", "gpu-alloc", True,
+     "alloc_gpu difference +1.05"),
+    # ... whose guardrails still hold: a packing policy that packs GPUs but kills pods stays in shadow
+    (_meta(gpu=_entry(WORSE, alloc_gpu=PACKS, oom_kills_per_1k_starts=WORSE)),
+     "gpu", "gpu-alloc", False, "guardrail"),
+    # ... and on online health the same packing policy is not proven
+    (_meta(gpu=_entry(WORSE, alloc_gpu=PACKS)), "gpu", "trouble", False,
+     "not proven"),
+    # evidence for other profiles only
+    (_meta(web=_entry(BETTER)), "edge", "trouble", False, "no paired evidence for the edge profile"),
+    # a mixed cluster must pass every profile it holds
+    (_meta(web=_entry(BETTER), gpu=_entry(BETTER)), ("web", "gpu"), "trouble", True, "gpu: better"),
+    (_meta(web=_entry(BETTER), gpu=_entry(NOISY)), ("web", "gpu"), "trouble", False, "gpu: not proven"),
+    # the quick 8-10-node clusters prove nothing, whatever they say
+    (_meta(quick=True, web=_entry(BETTER)), "web", "trouble", False, "quick"),
+    # too few seeds
+    (_meta(web={**_entry(BETTER), "trouble_score": _s([-0.5, -0.4])}), "web", "trouble", False, "2 seeds"),
+    # figures of the old single-run kind, or none at all -> shadow: only paired evidence admits
+    ({"operating_mode": "online", "validation": {"web-0": {"policy": {}, "kube-default": {}}}}, "web",
+     "trouble", False, "no paired evidence"),
+    ({"eval_metric": "alloc_gpu", "best_eval": {"value": 95.79}, "reference": {"kube-default": 94.52}}, "gpu",
+     "trouble", False, "no paired evidence"),
+    ({}, "gpu", "trouble", False, "no paired evidence"),
+    # malformed evidence is no evidence
+    (_meta(web={**_entry(BETTER), "trouble_score": {"values": "lots"}}), "web", "trouble", False,
+     "no per-seed trouble score"),
+    (_meta(web={**_entry(BETTER), "log_ratio": {}}), "web", "trouble", False, "guardrail"),
+    ({"evidence": ["not", "a", "mapping"]}, "web", "trouble", False, "no paired evidence"),
 ])
-def test_gate_verdicts(meta, profile, active, says):
-    v = gate(meta, profile)
-    assert v.active is active
-    assert says in v.reason
-    assert v.profile == profile
+def test_gate_verdicts(meta, profiles, objective, active, says):
+    v = gate(meta, profiles, objective)
+    assert v.active is active, v.reason
+    assert says in v.reason, v.reason
+    assert v.profile == (profiles if isinstance(profiles, str) else "+".join(profiles))
 
 
-def test_unknown_profile_is_refused():
+def test_every_guardrail_blocks_on_its_own():
+    for g in GUARDRAILS:
+        entry = _entry(BETTER)
+        section = entry["log_ratio"] if g.section == "log_ratio" else entry["diff"]
+        section[g.metric] = _s(WORSE)
+        v = gate(_meta(web=entry), "web")
+        assert not v.active and g.metric in v.reason, (g, v.reason)
+
+
+def test_unknown_profile_or_objective_is_refused():
     with pytest.raises(ValueError, match="unknown profile"):
         gate({}, "mainframe")
+    with pytest.raises(ValueError, match="unknown gate objective"):
+        gate({}, "web", "fastest")
+    assert set(OBJECTIVES) >= {"trouble", "gpu-alloc"}
 
 
-@pytest.mark.parametrize(("cpu", "gpu", "profile"), [
-    ([4000, 8000], [0, 0], "edge"),
-    ([4000, 32000], [0, 0], "web"),
-    ([4000, 32000], [0, 2], "gpu"),
+@pytest.mark.parametrize(("cpu", "gpu", "profile", "profiles"), [
+    ([4000, 8000], [0, 0], "edge", ("edge",)),
+    ([4000, 32000], [0, 0], "web", ("web",)),
+    ([4000, 32000], [0, 2], "gpu", ("gpu",)),  # a GPU cluster's small CPU-only share
+    ([32000] * 3 + [64000], [0, 0, 0, 8], "gpu", ("web", "gpu")),  # mixed: most cores on CPU-only nodes
+    ([8000] * 6 + [64000], [0] * 6 + [4], "gpu", ("gpu", "edge")),
+    ([64000, 64000], [8, 8], "gpu", ("gpu",)),
 ])
-def test_cluster_profile(cpu, gpu, profile):
+def test_cluster_profiles(cpu, gpu, profile, profiles):
     nodes = make_nodes(cpu, [8192] * len(cpu), gpu)
     assert cluster_profile(nodes) == profile
+    assert cluster_profiles(nodes) == profiles
 
 
-def test_the_shipped_policies_are_gated_as_documented():
-    """default.pt (batch packing, FGD-like) serves GPU clusters only; its metadata carries the
-    validation figures the gate reads."""
+@pytest.mark.parametrize("name", [LEARNED, LEARNED_TD3, LEARNED_ONLINE])
+def test_the_shipped_policies_carry_realistic_evidence_for_every_profile(name):
+    """Each shipped checkpoint carries ``fedsched evidence NAME --write``'s figures: every profile
+    at realistic size, every seed paired, and the gate's verdicts follow from them alone."""
     from fedsched.agent.serving.model_store import load_model, resolve_policy_path
 
-    m = load_model(resolve_policy_path("learned"))
-    assert gate(m.meta, "gpu").active, gate(m.meta, "gpu").reason
-    assert not gate(m.meta, "web").active
-    assert np.isfinite(m.meta["reference"]["kube-default"])
+    meta = load_model(resolve_policy_path(name)).meta
+    ev = meta["evidence"]
+    assert ev["quick"] is False and set(ev["profiles"]) == {"web", "gpu", "edge"}
+    sizes = {p: e["nodes"] for p, e in ev["profiles"].items()}
+    assert sizes["web"] >= 200 and sizes["gpu"] >= 100 and sizes["edge"] >= 40
+    for p, e in ev["profiles"].items():
+        t = e["trouble_score"]["values"]
+        assert len(t) == len(e["seeds"]) >= 8 and all(math.isfinite(x) for x in t)
+        v = gate(meta, p)
+        assert v.reason.startswith("better than kube-default") == v.active
+
+
+@pytest.mark.parametrize(("name", "profiles", "objective", "active", "says"), [
+    # a loaded GPU cluster: the packing and TD3 policies run hotter and kill more pods -> shadow,
+    # whether the objective is online health or GPU allocation (the OOM guardrail holds either way)
+    (LEARNED, "gpu", "trouble", False, "not proven better"),
+    (LEARNED, "gpu", "gpu-alloc", False, "guardrail: log ratio of oom_kills_per_1k_starts"),
+    (LEARNED_TD3, "gpu", "trouble", False, "not proven better"),
+    (LEARNED_TD3, "gpu", "gpu-alloc", False, "guardrail: log ratio of oom_kills_per_1k_starts"),
+    # the online policy is proven on loaded GPU clusters, and on web ones for hot node-time
+    (LEARNED_ONLINE, "gpu", "trouble", True, "better than kube-default: trouble score"),
+    (LEARNED_ONLINE, "web", "hot-cpu", True, "better than kube-default: log ratio of hot_cpu_node_s"),
+    (LEARNED_ONLINE, "web", "trouble", False, "not proven better"),
+    (LEARNED_ONLINE, "edge", "trouble", False, "not proven better"),
+    (LEARNED_ONLINE, ("web", "gpu"), "trouble", False, "web: not proven better"),
+])
+def test_the_shipped_policies_verdicts(name, profiles, objective, active, says):
+    """The verdicts ``common/data/policies/README.md`` documents, from the shipped evidence."""
+    from fedsched.agent.serving.model_store import load_model, resolve_policy_path
+
+    v = gate(load_model(resolve_policy_path(name)).meta, profiles, objective)
+    assert v.active is active and says in v.reason, v.reason

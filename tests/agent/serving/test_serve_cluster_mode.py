@@ -43,7 +43,8 @@ def test_cluster_mode_follows_the_api_server_over_mutual_tls(tmp_path: Path):
     with KubeAPIStub(nodes, pods) as api:
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
         with serve_process(
-            "--policy", "learned", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--port", "0",
+            "--policy", "learned", "--gate", "off", "--kubeconfig", str(kubeconfig), "--host", "127.0.0.1",
+            "--port", "0",
             "--tls-cert", str(srv.files.cert), "--tls-key", str(srv.files.key), "--client-ca", str(ca),
         ) as sp:
             base = sp.base

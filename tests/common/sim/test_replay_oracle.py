@@ -90,3 +90,11 @@ def test_the_benchmark_smallest_run_and_the_oracle_beats_the_hot_node_preferrer(
     assert 0.0 <= sc["kube_default_hot_cpu_share_pct"] < 100.0
     assert oracle < 0.8 * hot, (oracle, hot)
     assert sc["oracle_gap"]["hot_cpu_node_s"]["best_heuristic"] in data["heuristics"]
+    # every scheduler paired with kube-default; one seed has no interval, so no check can pass on it
+    assert "paired against kube-default" in proc.stdout and "check trouble half-width" in proc.stdout
+    paired = sc["result"]["paired"]
+    assert set(paired) == set(pols) - {"kube-default"}
+    assert paired["prefer-hot"]["trouble_score"]["n"] == 1
+    assert paired["prefer-hot"]["trouble_score"]["verdict"] == "tie"
+    acc = sc["acceptance"]
+    assert acc["trouble_half_width"]["met"] is False and acc["prefer_hot_worse"]["met"] is False

@@ -1,0 +1,89 @@
+"""The roll-out gate's evidence: a policy beside kube-default on a validation cluster of each
+profile, replayed seed by seed at realistic size.
+
+For each profile (``web``, ``gpu``, ``edge``) the validation cluster has the parameters of the
+profile's scenario in :mod:`fedsched.common.sim.scenarios` (200, 100 and 40 nodes at 85% load)
+but its own generator seed, :data:`EVIDENCE_SEED`: not the benchmark's (7), not a training
+cluster's (``1000 * s + i``), not a federation member's (``1000 + i``). The policy and
+kube-default replay the same held-out workload on the same seeds (the scenario's seed count) and
+the comparison is :func:`fedsched.common.sim.paired.paired_against`'s, the one the benchmark
+prints: the trouble score, each trouble metric's log ratio and every metric's difference, each
+with its per-seed values, so the gate can take any bound it needs.
+
+- :func:`paired_entry`: one cluster's figures (also a member's own validation pods: the
+  federation's serving checkpoints carry evidence of the same form).
+- :func:`collect`: every profile's, as::
+
+    {"format": 1, "reference": "kube-default", "generator_seed": 31, "quick": False, "profiles": {
+        PROFILE: {"scenario": NAME, "nodes": N, "pods": P, "seeds": [...],
+                  "trouble_score": S, "log_ratio": {METRIC: S}, "diff": {METRIC: S}}}}
+
+with ``S`` a paired summary (``mean``, ``ci95``, ``n``, ``verdict``, ``values``). ``fedsched
+evidence POLICY --write`` stores it in the checkpoint's metadata under ``evidence``.
+
+May import: ``fedsched.common.model`` and ``fedsched.common.sim``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fedsched.common.model.metrics import TROUBLE_SMOOTHING
+from fedsched.common.model.profiles import PROFILES
+from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate
+from fedsched.common.sim.paired import TROUBLE
+from fedsched.common.sim.scenarios import SCENARIOS, build
+
+EVIDENCE_FORMAT = 1
+EVIDENCE_SEED = 31
+"""The generator seed of every validation cluster (see the module docstring for the seeds it avoids)."""
+REFERENCE = "kube-default"
+PROFILE_SCENARIO = {"web": "web", "gpu": "gpu", "edge": "edge"}
+"""The scenario whose parameters a profile's validation cluster takes."""
+assert set(PROFILE_SCENARIO) == set(PROFILES)
+KEPT_DIFFS = ("hot_cpu_node_s", "throttled_cpu_core_s", "oom_kills_per_1k_starts", "failed_pods",
+              "pending_p99_s", "pending_sla_misses", "contended_pod_share", "alloc_gpu",
+              "gpu_frag_amount_avg", "stranded_cpu_avg", "util_mean")
+"""The metrics whose plain differences the evidence keeps (the guardrails and the objectives an
+operator may choose); the trouble metrics' log ratios are always kept."""
+
+
+def paired_entry(spec: EvalSpec, policy: str, jobs: int | None = None,
+                 progress: Callable[[int, int, RunOutput], None] | None = None) -> dict[str, Any]:
+    """One cluster's evidence: ``policy`` beside kube-default on ``spec``'s cluster and seeds
+    (``spec.policies`` and ``spec.reference`` are set here), the paired figures kept."""
+    spec.policies, spec.reference = [REFERENCE, policy], REFERENCE
+    res = evaluate(spec, jobs=jobs, progress=progress)
+    paired = res["paired"][policy]
+    return {"nodes": len(spec.nodes), "pods": len(spec.pods), "seeds": paired["seeds"],
+            TROUBLE: paired[TROUBLE], "log_ratio": {m: paired["log_ratio"][m] for m in TROUBLE_SMOOTHING},
+            "diff": {m: v for m, v in paired["diff"].items() if m in KEPT_DIFFS}}
+
+
+def collect(policy: str, profiles: Sequence[str] = PROFILES, seeds: int | None = None,
+            jobs: int | None = None, quick: bool = False,
+            progress: Callable[[str, int, int, RunOutput], None] | None = None) -> dict[str, Any]:
+    """``policy`` (a scheduler name or a checkpoint path) against kube-default on each profile's
+    validation cluster; ``seeds`` replaces each scenario's seed count; ``quick`` uses the small
+    variants (for tests: too small to prove anything, the gate says so)."""
+    unknown = [p for p in profiles if p not in PROFILE_SCENARIO]
+    if unknown:
+        raise ValueError(f"unknown profile(s) {', '.join(unknown)}; expected some of {', '.join(PROFILES)}")
+    if seeds is not None and seeds < 2:
+        raise ValueError(f"evidence needs at least 2 seeds (one seed has no interval), got {seeds}")
+    if policy == REFERENCE:
+        raise ValueError("kube-default is the reference: there is nothing to compare it with")
+    out: dict[str, Any] = {"format": EVIDENCE_FORMAT, "reference": REFERENCE, "generator_seed": EVIDENCE_SEED,
+                           "quick": quick, "profiles": {}}
+    for profile in profiles:
+        sc = SCENARIOS[PROFILE_SCENARIO[profile]]
+        spec = build(sc, quick=quick, seed=EVIDENCE_SEED)
+        spec.seeds = list(range(100, 100 + (seeds if seeds is not None else 3 if quick else sc.seeds)))
+
+        def step(k: int, total: int, o: RunOutput, profile: str = profile) -> None:
+            if progress is not None:
+                progress(profile, k, total, o)
+
+        out["profiles"][profile] = {"scenario": sc.name, **paired_entry(spec, policy, jobs, step)}
+    return out

@@ -1,0 +1,60 @@
+"""The agent chart's extender flags for issue 26 (items 2 and 8): it listens on every interface by
+an explicit ``--host`` (the agent's default is loopback), bounds its connections with the chart's
+``extender.connections`` values, and allows the admin verbs to the client-certificate names in
+``extender.adminClients`` only; every rendered flag is read by ``fedsched serve``'s own parser."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import pytest
+
+from bench.harness.charts import AGENT, documents, fullname, load_values, one
+from fedsched.cli import serve
+from tests.charts.chart_support import argv, container, merge, render
+
+DEFAULTS = "defaults-values.yaml"
+
+
+def extender_options(values: dict[str, Any]) -> dict[str, Any]:
+    """``fedsched serve``'s resolved options from the rendered extender container's arguments."""
+    dep = one(documents(render(AGENT, values)), "Deployment", fullname(AGENT))
+    args = argv(container(dep, "extender"))
+    assert args[:2] == ["fedsched", "serve"]
+    parser = argparse.ArgumentParser()
+    serve.register(parser.add_subparsers())
+    return serve.resolve_options(parser.parse_args(["serve", *args[2:]]))
+
+
+def test_the_extender_listens_on_every_interface_with_the_default_bounds_and_no_admin() -> None:
+    opts = extender_options(load_values(AGENT, DEFAULTS))
+    assert opts["host"] == "0.0.0.0"
+    defaults = {k: v[1] for k, v in serve.OPTIONS.items()}
+    assert serve.connection_limits(opts) == serve.connection_limits(defaults)
+    assert not opts["admin-clients"]
+
+
+def test_connection_bounds_and_admin_clients_from_the_values() -> None:
+    values = merge(load_values(AGENT, DEFAULTS), {"extender": {
+        "connections": {"max": 64, "idleTimeoutSeconds": 75, "headerTimeoutSeconds": 5,
+                        "bodyTimeoutSeconds": 12.5},
+        "adminClients": ["fedsched-admin", "ops.example.com"],
+    }})
+    opts = extender_options(values)
+    limits = serve.connection_limits(opts)
+    got = (limits.max_connections, limits.idle_timeout_s, limits.header_timeout_s, limits.body_timeout_s)
+    assert got == (64, 75.0, 5.0, 12.5)
+    assert opts["admin-clients"] == "fedsched-admin,ops.example.com"
+
+
+@pytest.mark.parametrize("bad", [
+    {"connections": {"max": 0}},
+    {"connections": {"headerTimeoutSeconds": 0}},
+    {"connections": {"maxConnections": 5}},
+    {"adminClients": ["has,comma"]},
+    {"adminClients": "fedsched-admin"},
+])
+def test_the_schema_refuses_bad_bounds_and_admin_names(bad: dict[str, Any]) -> None:
+    with pytest.raises(Exception, match="extender"):
+        render(AGENT, merge(load_values(AGENT, DEFAULTS), {"extender": bad}))

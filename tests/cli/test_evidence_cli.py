@@ -1,0 +1,42 @@
+"""``fedsched evidence``: paired replays printed with the gate's verdict, written into a checkpoint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+from fedsched.common.learning.checkpoint import load_checkpoint
+from fedsched.common.schedulers import LEARNED_ONLINE, default_policy_path
+
+
+def _evidence(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fedsched.cli.main", "evidence", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_evidence_is_printed_judged_and_written(tmp_path):
+    policy = tmp_path / "p.pt"
+    shutil.copy(default_policy_path(LEARNED_ONLINE), policy)
+    out = tmp_path / "ev.json"
+    proc = _evidence(str(policy), "--profiles", "edge", "--quick", "--seeds", "2", "--jobs", "1", "--write",
+                     "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "edge: 8 nodes, 2 seeds: trouble score" in proc.stdout
+    assert "gate: shadow: the checkpoint's evidence comes from the quick" in proc.stdout
+    assert "[edge] 4/4" in proc.stderr
+    _, meta, _ = load_checkpoint(policy)
+    ev = meta["evidence"]
+    assert ev == json.loads(out.read_text())
+    assert ev["recipe"] == f"fedsched evidence {policy} --profiles edge --seeds 2 --quick"
+    assert len(ev["profiles"]["edge"]["trouble_score"]["values"]) == 2
+
+
+def test_bad_input_is_a_clear_error(tmp_path):
+    proc = _evidence(str(tmp_path / "missing.pt"))
+    assert proc.returncode == 2 and "no such checkpoint" in proc.stderr and "Traceback" not in proc.stderr
+    policy = tmp_path / "p.pt"
+    shutil.copy(default_policy_path(LEARNED_ONLINE), policy)
+    proc = _evidence(str(policy), "--profiles", "mainframe")
+    assert proc.returncode == 2 and "unknown profile" in proc.stderr and "Traceback" not in proc.stderr
