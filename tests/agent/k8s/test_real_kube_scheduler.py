@@ -297,6 +297,18 @@ def prioritize_timeouts(scheduler_log: str, timeout_s: float) -> dict[str, float
     return out
 
 
+_SKIPPED = re.compile(r'"Skipping extender as it returned error and has ignorable flag set"'
+                      r'.*?\bpod="([^"]+)"')
+
+
+def skipped_filters(scheduler_log: str) -> set[str]:
+    """{namespace/name} of the pods whose extender filter call failed in some cycle (kube-scheduler
+    logs it and, the extender being ``ignorable``, schedules without it): on a loaded machine a
+    call can miss the 100 ms ``httpTimeout`` before its TLS handshake with the relay is done, and
+    then the relay has nothing on record for that cycle."""
+    return set(_SKIPPED.findall(scheduler_log))
+
+
 def extender_verdict(rec: ExtenderRecorder, p: dict, late: dict[str, float]) -> tuple[set[str], str]:
     """(the nodes kube-scheduler had to choose among after the extender's answers in the pod's last
     scheduling cycle, how that set came about). kube-scheduler adds score * weight * 10 (250 per
@@ -402,9 +414,18 @@ def test_every_openb_pod_is_bound_where_the_extender_put_it(cluster: Cluster, tm
         create_pods(c, objs)
         bound = wait_bound(c, [o["metadata"]["name"] for o in objs], 120)
         took = time.monotonic() - t0
-        late = prioritize_timeouts(st.scheduler.log_text(), timeout_s)
+        # klog flushes its file every few seconds: wait until every binding is in it, so the lines
+        # written before them (traces, skipped extender calls) are there too
+        lines = [f'"Successfully bound pod to node" pod="{NAMESPACE}/{n}"' for n in bound]
+        wait_for(lambda: all(x in st.scheduler.log_text() for x in lines), 30, 0.5,
+                 "kube-scheduler's log flushed")
+        log = st.scheduler.log_text()
+        late, skipped = prioritize_timeouts(log, timeout_s), skipped_filters(log)
         explained: dict[str, str] = {}
         for name, p in sorted(bound.items()):
+            if f"{NAMESPACE}/{name}" in skipped:  # a cycle ran without the extender: nothing to hold it to
+                explained[name] = "filter past httpTimeout: kube-scheduler skipped the extender (ignorable)"
+                continue
             allowed, why = extender_verdict(st.recorder, p, late)
             assert node_of(p) in allowed, f"{name} bound to {node_of(p)}, the extender left {allowed} ({why})"
             if "httpTimeout" in why:
