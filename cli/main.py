@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as e:  # bad input: a clear message, no traceback
+    except (ValueError, OSError) as e:  # bad input, a file or port it cannot use: one line, no traceback
         print(f"fedsched {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

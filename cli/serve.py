@@ -54,8 +54,28 @@ OPTIONS: dict[str, tuple[type, Any, str]] = {
     "header-timeout": (float, 10.0, "seconds from a request's first byte to the end of its headers "
                                     "(and for the TLS handshake): a slow client is cut"),
     "body-timeout": (float, 30.0, "seconds a request's body, or its answer, may take to pass"),
+    "max-body": (int, 2 * 1024 * 1024, "bytes a request body may have (more: a 413); bodies over 64 KiB "
+                                       "are worked on only while those in flight total at most this "
+                                       "(one that waits a second for room: a 503). Raise it for full "
+                                       "Nodes requests (nodeCacheCapable: false) of over a hundred "
+                                       "nodes"),
+    "max-learned-nodes": (int, 5000, "nodes learned from full Nodes requests (nodeCacheCapable: false) "
+                                     "that the watch has not reported, kept at most; one more forgets "
+                                     "the least recently named (the watch's nodes are never dropped)"),
     "prefix": (str, "/scheduler", "URL prefix of the verbs (the extender's urlPrefix path)"),
     "grpc-port": (int, None, "also serve the gRPC decision service on this port"),
+    "grpc-workers": (int, 4, "threads answering gRPC requests"),
+    "grpc-max-concurrent-rpcs": (int, 32, "gRPC requests in the server at once, running or waiting for a "
+                                          "worker; one more is refused (RESOURCE_EXHAUSTED)"),
+    "grpc-max-connections": (int, 64, "open gRPC connections; one more is closed as it arrives"),
+    "grpc-max-streams": (int, 16, "concurrent gRPC requests on one connection"),
+    "grpc-max-message-bytes": (int, 4 * 1024 * 1024, "largest gRPC request or answer "
+                                                     "(larger: RESOURCE_EXHAUSTED)"),
+    "grpc-idle-timeout": (float, 300.0, "seconds a gRPC connection may go without a request before it "
+                                        "is closed (GOAWAY; the Score plugin reconnects at once)"),
+    "grpc-handshake-timeout": (float, 10.0, "seconds a gRPC connection's TLS and HTTP/2 handshake may take"),
+    "grpc-keepalive": (float, 60.0, "seconds of silence after which a gRPC connection is pinged; "
+                                    "closed when the ping is not answered within 20 s"),
     "tls-cert": (str, None, "server certificate (PEM)"),
     "tls-key": (str, None, "server key (PEM)"),
     "client-ca": (str, None, "CA that signed the scheduler's client certificate (mutual TLS)"),
@@ -213,7 +233,9 @@ def build_agent(opts: dict[str, Any]) -> Decider:
     metrics = ServingMetrics()
     models = ModelStore(opts["policy"], backend=opts["backend"])
     weights_models = ModelStore(opts["weights-policy"]) if opts["weights-policy"] else None
-    cache = ClusterCache.from_csv(opts["cluster-csv"]) if opts["cluster-csv"] else ClusterCache()
+    learned = opts["max-learned-nodes"]
+    cache = (ClusterCache.from_csv(opts["cluster-csv"], max_learned_nodes=learned) if opts["cluster-csv"]
+             else ClusterCache(max_learned_nodes=learned))
     safety = SafetyConfig(
         opts["cpu-threshold"], opts["mem-threshold"], opts["stale-after"], opts["max-stale-share"]
     )
@@ -233,11 +255,35 @@ def connection_limits(opts: dict[str, Any]) -> ConnectionLimits:
     from fedsched.agent.serving.extender import ConnectionLimits
 
     return ConnectionLimits(opts["max-connections"], opts["idle-timeout"], opts["header-timeout"],
-                            opts["body-timeout"])
+                            opts["body-timeout"], opts["max-body"])
+
+
+MMAP_THRESHOLD = 256 * 1024
+
+
+def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
+    """Have glibc's malloc serve every block of ``nbytes`` or more by a mapping of its own, returned
+    to the system when freed (``mallopt(M_MMAP_THRESHOLD)``); whether it was set. By default glibc
+    raises the threshold to the size of each large block freed, so after a few request bodies of
+    megabytes every later one came from the heaps of the connection threads' arenas, which kept
+    the memory: three rounds of 16 bodies of 3.6 MB at once kept 80 MB once answered, with this 10.
+    Not on another C library, nor when ``MALLOC_MMAP_THRESHOLD_`` is set (the operator's choice)."""
+    import ctypes
+    import os
+
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") is not None:
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # no C library with mallopt (musl's only answers 0)
+        return False
+    m_mmap_threshold = -3  # malloc.h
+    return bool(mallopt(m_mmap_threshold, nbytes))
 
 
 def run(args: argparse.Namespace) -> int:
     opts = resolve_options(args)
+    fix_mmap_threshold()
     limits = connection_limits(opts)
     holder: dict[str, Any] = {}
     setup_logging(
@@ -297,10 +343,15 @@ def run(args: argparse.Namespace) -> int:
     server = ExtenderServer(decider, opts["host"], opts["port"], opts["prefix"], tls,
                             allow_bind=bool(opts["cluster-csv"]), admin_clients=admins, limits=limits)
     if opts["grpc-port"] is not None:
-        from fedsched.agent.serving.grpc_service import serve_grpc
+        from fedsched.agent.serving.grpc_service import GrpcLimits, serve_grpc
 
         gtls = None if opts["insecure"] else (opts["tls-cert"], opts["tls-key"], opts["client-ca"])
-        gserver, gport = serve_grpc(decider, opts["host"], opts["grpc-port"], gtls)
+        glimits = GrpcLimits(
+            workers=opts["grpc-workers"], max_concurrent_rpcs=opts["grpc-max-concurrent-rpcs"],
+            max_connections=opts["grpc-max-connections"], max_streams=opts["grpc-max-streams"],
+            max_message_bytes=opts["grpc-max-message-bytes"], idle_timeout_s=opts["grpc-idle-timeout"],
+            handshake_timeout_s=opts["grpc-handshake-timeout"], keepalive_s=opts["grpc-keepalive"])
+        gserver, gport = serve_grpc(decider, opts["host"], opts["grpc-port"], gtls, limits=glimits)
         stoppers.append(lambda: gserver.stop(grace=1).wait())
         log.info("gRPC decision service on %s:%d", opts["host"], gport)
     stop = threading.Event()

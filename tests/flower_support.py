@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -109,13 +110,31 @@ def wait_online(env: dict[str, str], cwd: Path, count: int, diagnostics: list[Pa
 
 
 def run_federation(env: dict[str, str], cwd: Path, app_dir: Path, run_config: str, log: Path,
-                   timeout: float, connection: str = "hub") -> dict:
+                   timeout: float, connection: str = "hub",
+                   watch: Sequence[subprocess.Popen] = ()) -> dict:
     """``flwr run APP CONNECTION --stream --run-config ...``; returns the run's ``flwr ls`` entry
-    (``flwr run --stream`` exits 0 even when the run fails: the status is what counts)."""
+    (``flwr run --stream`` exits 0 even when the run fails: the status is what counts).
+
+    ``timeout`` only ends a run that hangs: make it a multiple of the idle machine's time, which a
+    loaded machine does not use up. A broken deployment fails sooner: the run ends with an error as
+    soon as one of the processes in ``watch`` (the SuperLink, SuperNode, proxies...) exits."""
     with log.open("w") as f:
-        subprocess.run([str(BIN / "flwr"), "run", str(app_dir), connection, "--stream",
-                        "--run-config", run_config], env=env, cwd=cwd, stdout=f,
-                       stderr=subprocess.STDOUT, timeout=timeout, check=False)
+        proc = subprocess.Popen([str(BIN / "flwr"), "run", str(app_dir), connection, "--stream",
+                                 "--run-config", run_config], env=env, cwd=cwd, stdout=f,
+                                stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout
+            while proc.poll() is None:
+                dead = [p for p in watch if p.poll() is not None]
+                if dead:
+                    raise AssertionError(f"{dead[0].args[0]} exited with {dead[0].returncode} during the run")
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(proc.args, timeout)
+                time.sleep(0.5)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     listing = flwr(env, cwd, "ls", connection, "--format", "json")
     runs = json.loads(listing.stdout)["runs"]
     assert len(runs) == 1, listing.stdout

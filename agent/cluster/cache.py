@@ -57,8 +57,24 @@ measured use (as replay mode's usage model). ``state.cpu_measured`` / ``mem_meas
 per node; a rebuild of the tables (a node change) puts every node back on requests until the
 next refresh.
 
-Node changes rebuild the tables (they are rare); pod changes update the state in place. All
-mutations and every read that must be consistent hold :attr:`lock`.
+Node changes rebuild the tables (they are rare); pod changes update the state in place. A burst
+of new nodes (5,000 joining at once) is one rebuild, not one per node, when they come together:
+:meth:`upsert_nodes` (the watch hands it the node events that queued up while the cache was busy)
+and :meth:`add_nodes` rebuild once per call. All mutations and every read that must be consistent
+hold :attr:`lock`.
+
+Learned nodes: with full ``Nodes`` requests (``nodeCacheCapable: false``) the extender adds the
+nodes a request names that the cache does not know (:meth:`add_nodes`), so that it can answer
+before the watch reports them. Anyone who reaches the extender's port can name nodes, so these
+are bounded: the watch's (or the CSV's) nodes are authoritative and never dropped for them; at
+most :attr:`max_learned_nodes` learned ones are kept (:attr:`learned`, least recently named
+first), and learning one more forgets the least recently named (its pods wait, as for a deleted
+node). Evicting rather than refusing, because refusing would let whoever filled the table first
+keep it full for good, and kube-scheduler's own requests name the nodes again each time: a node
+it still uses is named again and so kept, or learned again at one rebuild's cost. A request that
+names more new nodes than the limit learns the first :attr:`max_learned_nodes` only (the rest
+stay unknown: filter refuses them). A learned node the watch then reports (:meth:`upsert_node`)
+is the watch's from then on; a relist (:meth:`replace_all`) forgets every learned node.
 """
 
 from __future__ import annotations
@@ -67,8 +83,9 @@ import calendar
 import math
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from itertools import repeat
+from itertools import islice, repeat
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +141,7 @@ def pod_ref(obj: dict) -> tuple[str, str] | None:
 
 
 ASSUME_TTL_S = 30.0  # an assumed pod without its binding event after this long is dropped
+DEFAULT_MAX_LEARNED_NODES = 5000  # nodes learned from requests (module doc) kept at most
 
 
 class ClusterCache:
@@ -134,7 +152,14 @@ class ClusterCache:
         nodes: list[NodeInfo] | None = None,
         overload_threshold: float = ReplayConfig.overload_threshold,
         trend_alpha: float = ReplayConfig.trend_alpha,
+        max_learned_nodes: int = DEFAULT_MAX_LEARNED_NODES,
     ) -> None:
+        if type(max_learned_nodes) is not int or max_learned_nodes < 0:
+            raise ValueError(f"max learned nodes must be a non-negative integer, got {max_learned_nodes!r}")
+        self.max_learned_nodes = max_learned_nodes
+        # names of the nodes add_nodes learned and no watch reported, least recently named first
+        self.learned: dict[str, None] = {}
+        self.rebuilds = 0  # rebuilds of the node tables (_set_nodes)
         self.lock = threading.RLock()
         self.overload_threshold = overload_threshold
         self.trend_alpha = trend_alpha
@@ -192,6 +217,8 @@ class ClusterCache:
         self.infos = infos
         self.table = table
         self.index = {n.name: i for i, n in enumerate(infos)}
+        if self.learned:
+            self.learned = {n: None for n in self.learned if n in self.index}
         self.state = ClusterState(self.table, use_source=USE_REQUESTS)  # until telemetry measures
         # A node reporting no allocatable CPU or memory cannot run pods (and would divide by zero).
         self.schedulable = np.array(
@@ -235,6 +262,7 @@ class ClusterCache:
             if node in self.index:
                 del self.waiting[uid]
                 self.upsert_pod(obj)
+        self.rebuilds += 1
         self.generation += 1
 
     # ---- lookups ----------------------------------------------------------------------------
@@ -272,41 +300,119 @@ class ClusterCache:
                 self.rejected_objects += 1
         with self.lock:
             self.pods, self.waiting, self.queued, self.detached, self.assumed = {}, {}, {}, {}, {}
+            self.learned = {}
             self._set_nodes(infos)
             for obj in pods:
                 self.upsert_pod(obj)
             self.synced = True
 
     def upsert_node(self, obj: dict) -> None:
-        try:
-            info = node_from_json(obj)
-        except ObjectError:
-            self.rejected_objects += 1  # a node we cannot read is left out, not fatal to the watch
+        self.upsert_nodes([obj])
+
+    def upsert_nodes(self, objs: list[dict]) -> None:
+        """Node objects added or changed, in order (the watch's ADDED/MODIFIED events), in at most
+        one rebuild of the tables: new nodes and capacity changes rebuild, a change of
+        schedulability, taints or labels alone is made in place. A node that cannot be read is
+        counted (:attr:`rejected_objects`) and left out; a learned node named here is the
+        watch's from now on. Should the nodes together be more than the tables can hold, they
+        are applied one at a time and the first error is raised after the others."""
+        parsed: list[NodeInfo] = []
+        for obj in objs:
+            try:
+                parsed.append(node_from_json(obj))
+            except ObjectError:
+                self.rejected_objects += 1  # a node we cannot read is left out, not fatal to the watch
+        if not parsed:
             return
         with self.lock:
-            infos = list(self.infos)
+            try:
+                self._upsert_infos(parsed)
+            except (ValueError, OverflowError):
+                if len(parsed) == 1:
+                    raise
+                first: Exception | None = None
+                for info in parsed:
+                    try:
+                        self._upsert_infos([info])
+                    except (ValueError, OverflowError) as e:
+                        first = first or e
+                if first is not None:
+                    raise first from None
+
+    def _upsert_infos(self, parsed: list[NodeInfo]) -> None:
+        infos, copied, rebuild = self.infos, False, False
+        new: dict[str, NodeInfo] = {}  # in order of first sight, the last version of each
+        flags: dict[int, NodeInfo] = {}  # node id -> its new version, same capacity
+        for info in parsed:
             i = self.index.get(info.name)
             if i is None:
-                infos.append(info)
-            elif infos[i] == info:
-                return
+                new[info.name] = info
+                continue
+            old = infos[i]
+            if old == info:
+                continue
+            if not copied:
+                infos, copied = list(infos), True
+            infos[i] = info
+            if (old.cpu, old.mem, old.gpu, old.model) == (info.cpu, info.mem, info.gpu, info.model):
+                flags[i] = info
             else:
-                old = infos[i]
-                infos[i] = info
-                if (old.cpu, old.mem, old.gpu, old.model) == (info.cpu, info.mem, info.gpu, info.model):
-                    # Only schedulability/taints/labels moved: no need to rebuild the state.
-                    self.infos = infos
-                    self.schedulable[i] = (
-                        not info.unschedulable and info.ready and info.cpu > 0 and info.mem > 0
-                    )
-                    self.tainted[i] = bool(info.no_schedule_taints)
-                    self.excluded[i] = dict(info.labels).get(EXCLUDE_LABEL) == "true"
-                    self.generation += 1
-                    return
-            self._set_nodes(infos)
+                rebuild = True
+        if new or rebuild:
+            self._set_nodes([*infos, *new.values()])  # raises before any change
+        elif flags:
+            # Only schedulability/taints/labels moved: no need to rebuild the state.
+            self.infos = infos
+            for i, info in flags.items():
+                self.schedulable[i] = not info.unschedulable and info.ready and info.cpu > 0 and info.mem > 0
+                self.tainted[i] = bool(info.no_schedule_taints)
+                self.excluded[i] = dict(info.labels).get(EXCLUDE_LABEL) == "true"
+            self.generation += 1
+        for info in parsed:
+            self.learned.pop(info.name, None)  # the watch's nodes are authoritative
+
+    def add_nodes(self, infos: list[NodeInfo], seen: Iterable[str] = ()) -> tuple[int, int]:
+        """Learn the nodes whose names the cache does not know (a request's full ``Nodes``: the
+        module doc), in one rebuild of the tables (a rebuild per node, as one :meth:`upsert_node`
+        each, makes adding n nodes quadratic); a known name, or a name given again, is left as it
+        is. ``seen``: the request's node names, which count as named now for the learned ones.
+        At most :attr:`max_learned_nodes` learned nodes are kept: the least recently named are
+        evicted to make room. Returns (evicted, refused): the learned nodes forgotten, and the
+        new ones not learned because the request alone named more than the limit. Raises
+        (ValueError) before any change when the nodes together cannot be held (``node_table``)."""
+        with self.lock:
+            learned = self.learned
+            if learned:
+                for name in seen:
+                    if name in learned:
+                        del learned[name]
+                        learned[name] = None  # to the end: the most recently named
+            new: dict[str, NodeInfo] = {}
+            for info in infos:
+                if info.name not in self.index:
+                    new.setdefault(info.name, info)
+            limit = self.max_learned_nodes
+            refused = max(len(new) - limit, 0)
+            if refused:
+                new = dict(islice(new.items(), limit))
+            if not new:
+                return 0, refused
+            gone = set(islice(learned, max(len(learned) + len(new) - limit, 0)))
+            keep = [n for n in self.infos if n.name not in gone] if gone else self.infos
+            nodes = [*keep, *new.values()]
+            table = node_table(nodes)  # may raise: before any change
+            if gone:
+                for uid, b in list(self.pods.items()):
+                    if b.node in gone:  # they wait for their node, as for a deleted one
+                        self.detached[uid] = self.pods.pop(uid)
+            self._set_nodes(nodes, table)
+            for name in new:
+                self.learned[name] = None
+            return len(gone), refused
 
     def delete_node(self, name: str) -> None:
         with self.lock:
+            self.learned.pop(name, None)
             if name not in self.index:
                 return
             for uid, b in list(self.pods.items()):

@@ -19,6 +19,16 @@ Python client:
    again and resynced through ``replace_all``. The threads never die of an error: it is kept
    in :attr:`KubeWatcher.last_error` and passed to ``on_error``.
 
+Node events are applied in batches: the nodes' watch thread only reads them into a queue, and the
+supervisor thread hands every event waiting there to the sink at once, consecutive ADDED/MODIFIED
+ones through :meth:`ClusterSink.upsert_nodes` when the sink has it (one rebuild of its tables
+for any number of new nodes; a sink without it gets one ``upsert_node`` each). Nothing waits for
+a batch to fill: an event alone is applied as soon as it comes, and events queue up only while
+the sink is busy with the previous ones, so a burst of n nodes joining (whose every rebuild costs
+O(n)) is applied in a few rebuilds instead of n. Pod events are applied one by one by their own
+thread (an upsert of a pod is O(1)); a pod whose node is not applied yet waits for it in the
+sink.
+
 Which pods count as bound is the sink's business (``spec.nodeName`` set and the phase not
 Succeeded/Failed for :class:`fedsched.agent.cluster.cache.ClusterCache`), so no field selector
 is used. Sink calls are serialised by one lock, and a halted watch generation can never write
@@ -35,6 +45,7 @@ import functools
 import json
 import logging
 import os
+import queue
 import socket
 import threading
 import time
@@ -52,6 +63,7 @@ log = logging.getLogger(__name__)
 
 KINDS = ("nodes", "pods")
 CONNECT_TIMEOUT_S = 10.0
+NODE_QUEUE = 16_384  # node events read and not yet applied, at most (then the nodes' watch waits)
 
 
 class ClusterSink(Protocol):
@@ -60,6 +72,9 @@ class ClusterSink(Protocol):
     def replace_all(self, nodes: list[dict], pods: list[dict]) -> None: ...
 
     def upsert_node(self, obj: dict) -> None: ...
+
+    # Optional: ``upsert_nodes(objs: list[dict]) -> None``, consecutive node upserts in order at
+    # once (used when the sink has it; see the module doc).
 
     def delete_node(self, name: str) -> None: ...
 
@@ -125,13 +140,22 @@ class _Generation:
     watches: dict[str, kubernetes.watch.Watch] = field(default_factory=dict)
     threads: list[threading.Thread] = field(default_factory=list)
     events: int = 0
+    # node events read and not yet applied: (type, object); None wakes the supervisor
+    node_events: queue.Queue = field(default_factory=lambda: queue.Queue(NODE_QUEUE))
+
+    def fail(self) -> None:
+        """Halt this generation (the supervisor wakes, stops both watches and relists)."""
+        self.failed.set()
+        with contextlib.suppress(queue.Full):
+            self.node_events.put_nowait(None)
 
 
 class KubeWatcher:
     """List + watch Nodes and Pods into a :class:`ClusterSink` (see the module docstring).
 
     ``relists`` counts full resyncs after the first list (``replace_all`` calls minus one);
-    ``events`` counts the ADDED/MODIFIED/DELETED events handed to the sink. ``on_error`` is
+    ``events`` counts the ADDED/MODIFIED/DELETED events handed to the sink, ``backlog`` the node
+    events read and not yet handed to it (at most :data:`NODE_QUEUE`). ``on_error`` is
     called with where the error happened (``"list"``, ``"nodes"``, ``"pods"``) and the
     exception; it must not block.
 
@@ -192,6 +216,12 @@ class KubeWatcher:
         return self._events
 
     @property
+    def backlog(self) -> int:
+        """Node events read from the watch and not yet applied to the sink."""
+        gen = self._gen
+        return gen.node_events.qsize() if gen is not None else 0
+
+    @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
@@ -211,7 +241,7 @@ class KubeWatcher:
         self._stop.set()
         gen = self._gen
         if gen is not None:
-            gen.failed.set()  # wakes the supervisor, which halts the generation
+            gen.fail()  # wakes the supervisor, which halts the generation
         self._cut_inflight()
         thread = self._thread
         if thread is None:
@@ -261,8 +291,9 @@ class KubeWatcher:
                 gen.threads.append(t)
                 t.start()
             if self._stop.is_set():
-                gen.failed.set()
-            gen.failed.wait()
+                gen.fail()
+            while not gen.failed.is_set():
+                self._apply_node_events(gen)
             self._halt(gen)
             if self._stop.is_set():
                 break
@@ -359,7 +390,7 @@ class KubeWatcher:
             except Exception as e:
                 if not gen.halted.is_set():
                     self._record_error(kind, e)
-                gen.failed.set()
+                gen.fail()
                 return
             # The server ended the watch (timeoutSeconds): resume from the last resourceVersion.
             # A stream that ends at once and empty is not retried in a tight loop.
@@ -378,15 +409,18 @@ class KubeWatcher:
             return str(rv) if rv else None
         if etype not in ("ADDED", "MODIFIED", "DELETED"):
             raise ValueError(f"watch {kind}: unexpected event type {etype!r}")
+        if kind == "nodes":  # applied by the supervisor, with the others waiting (module doc)
+            while not gen.halted.is_set():
+                try:
+                    gen.node_events.put((etype, obj), timeout=0.1)
+                    break
+                except queue.Full:
+                    pass
+            return str(rv) if rv else None
         with self._sink_lock:
             if gen.halted.is_set():
                 return None
-            if kind == "nodes":
-                if etype == "DELETED":
-                    self.sink.delete_node(str(meta.get("name", "")))
-                else:
-                    self.sink.upsert_node(obj)
-            elif etype == "DELETED":
+            if etype == "DELETED":
                 uid = meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
                 self.sink.delete_pod(str(uid))
             else:
@@ -395,6 +429,48 @@ class KubeWatcher:
             with self._state_lock:
                 self._events += 1
         return str(rv) if rv else None
+
+    def _apply_node_events(self, gen: _Generation) -> None:
+        """Wait for node events and hand the sink every one waiting (the module doc); an error of
+        the sink halts the generation, as one in a watch thread does."""
+        q = gen.node_events
+        item = q.get()
+        batch: list[tuple[str, dict]] = []
+        while item is not None:
+            batch.append(item)
+            try:
+                item = q.get_nowait()
+            except queue.Empty:
+                break
+        if not batch:
+            return
+        try:
+            with self._sink_lock:
+                if gen.halted.is_set():
+                    return
+                self._apply_nodes(batch)
+                gen.events += len(batch)
+                with self._state_lock:
+                    self._events += len(batch)
+        except Exception as e:
+            self._record_error("nodes", e)
+            gen.fail()
+
+    def _apply_nodes(self, batch: list[tuple[str, dict]]) -> None:
+        many = getattr(self.sink, "upsert_nodes", None)
+        run: list[dict] = []  # consecutive upserts not yet applied
+        for etype, obj in [*batch, ("", {})]:
+            if etype in ("ADDED", "MODIFIED"):
+                run.append(obj)
+                continue
+            if many is not None and len(run) > 1:
+                many(run)
+            else:
+                for o in run:
+                    self.sink.upsert_node(o)
+            run = []
+            if etype == "DELETED":
+                self.sink.delete_node(str((obj.get("metadata") or {}).get("name", "")))
 
     # ---- errors -----------------------------------------------------------------------------
     def _record_error(self, where: str, exc: Exception) -> None:

@@ -11,7 +11,8 @@ only: binds into the simulated cluster) returns ``{"Error"}``; preempt has no ob
 returns the victims it was given as ``NodeNameToMetaVictims``.
 
 Errors: a body that is not a valid request gets a 400 with ``{"Error": "..."}`` naming what
-is wrong; an unknown path a 404; nothing the client sends produces a 5xx: an internal failure
+is wrong, one over the size limit a 413; an unknown path a 404; the only 5xx is a 503 for a
+request the server has no room for (connections or large bodies, below): an internal failure
 answers a neutral result (filter: every node passes with ``Error`` set, which an
 ``ignorable`` extender skips; prioritize: zero scores) and is counted.
 
@@ -41,6 +42,26 @@ handshake, request line and headers take longer than ``header_timeout_s`` from t
 (a deadline, not a per-read timeout: a byte a second does not extend it), and one whose body, or
 whose answer, takes longer than ``body_timeout_s`` to pass. The counts are in ``/metrics``
 (``fedsched_connections_*``).
+
+Memory is bounded by bytes, not only by count: a body longer than ``max_body_bytes`` (2 MiB by
+default: a Pod object is at most 1.5 MiB in etcd, and kube-scheduler's ``nodeCacheCapable``
+requests add only the candidates' names, a few hundred) gets a 413 and the connection closes
+unread. Bodies of more than 64 KiB are read and worked on only while the bytes of all such bodies
+in flight stay within ``body_budget_bytes`` (by default ``max_body_bytes``: a JSON body parses into
+up to ~40 times its size in Python objects, so the budget, not the connection count, bounds that);
+one that finds no room within a second gets a 503 and the connection closes unread
+(``fedsched_request_bodies_refused_total``). Parsing such a body holds the interpreter's lock for
+tens of ms (a 2 MiB body of empty objects: ~35 ms, and ~12 ms to free), so when another request is
+in progress, a large body's share of the budget is held, idle, as long again as its parsing and
+answer took (at most a second): large bodies sent without pause then take about half of the
+interpreter, not all of it, from the requests beside them. A node name longer than a Kubernetes
+name may be (253 characters) is a 400, and the prioritize answer's per-node entries are kept for
+the nodes the cache knows only. Nodes learned from full ``Nodes`` requests are bounded by count
+(``ClusterCache.max_learned_nodes``, ``fedsched serve --max-learned-nodes``: the least recently
+named are forgotten, ``fedsched_learned_nodes_dropped_total``); the watch's nodes never are. In
+local mode a pod is kept for its bind as the few fields the bind reads (its name, uid, owner,
+creation time, resources and the GPU and QoS annotations), at most 64 KiB of them a pod and
+64 MiB in all, the oldest dropped first.
 
 The HTTP/1.1 layer is this module's own (:class:`_Connection`), because the stdlib's
 ``BaseHTTPRequestHandler`` cost about 100 us of every request's round trip, more than the
@@ -81,7 +102,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
@@ -93,8 +114,18 @@ from typing import Any
 import numpy as np
 import orjson
 
+from fedsched.agent.cluster.apps import TEMPLATE_HASH_LABEL
 from fedsched.agent.cluster.cache import created_time, pod_ref
-from fedsched.agent.cluster.k8s_objects import ObjectError, node_from_json, node_table
+from fedsched.agent.cluster.k8s_objects import (
+    GPU_COUNT_ANNOTATION,
+    GPU_MILLI_ANNOTATION,
+    GPU_MODEL_ANNOTATION,
+    QOS_ANNOTATION,
+    NodeInfo,
+    ObjectError,
+    node_from_json,
+    node_table,
+)
 from fedsched.agent.serving.decider import MAX_EXTENDER_SCORE, Decider
 from fedsched.agent.serving.model_store import PathNotAllowed
 from fedsched.common.learning.checkpoint import CheckpointError
@@ -102,7 +133,13 @@ from fedsched.common.model.cluster import Pod
 
 log = logging.getLogger("fedsched.serve")
 
-MAX_BODY = 32 * 1024 * 1024
+MAX_NODE_NAME = 253  # a Kubernetes object name (a DNS subdomain) is at most this long
+SMALL_BODY = 64 * 1024  # bodies up to this size are outside the in-flight body budget
+BODY_BUDGET_WAIT_S = 1.0  # the longest a larger body waits for room in the budget (then a 503)
+MAX_PENDING_POD = 64 * 1024  # local mode: the most bytes kept of one pod for its bind
+MAX_PENDING_BYTES = 64 * 1024 * 1024  # ... and of all pods waiting for their bind
+MAX_PENDING_PODS = 100_000
+_BIND_ANNOTATIONS = (GPU_MILLI_ANNOTATION, GPU_COUNT_ANNOTATION, GPU_MODEL_ANNOTATION, QOS_ANNOTATION)
 
 
 class _Raw(bytes):
@@ -110,7 +147,28 @@ class _Raw(bytes):
 
 
 class BadRequest(ValueError):
-    """A request the extender cannot answer (a 400 with this message)."""
+    """A request the extender cannot answer (a 400, or ``status``, with this message)."""
+
+    status = 400
+
+
+class BodyTooLarge(BadRequest):
+    """A body longer than ``ConnectionLimits.max_body_bytes`` (a 413)."""
+
+    status = 413
+
+
+class BodyBudgetFull(BadRequest):
+    """No room in the in-flight body budget within ``BODY_BUDGET_WAIT_S`` (a 503)."""
+
+    status = 503
+
+
+def _check_names(names: list[str]) -> None:
+    if names and max(map(len, names)) > MAX_NODE_NAME:
+        k = next(k for k, n in enumerate(names) if len(n) > MAX_NODE_NAME)
+        raise BadRequest(f"node name {k} is {len(names[k])} characters long "
+                         f"(a Kubernetes name has at most {MAX_NODE_NAME})")
 
 
 def _names_and_nodes(body: dict) -> tuple[list[str], list[dict] | None]:
@@ -127,6 +185,7 @@ def _names_and_nodes(body: dict) -> tuple[list[str], list[dict] | None]:
             if not isinstance(name, str) or not name:
                 raise BadRequest(f"Nodes.items[{k}] has no metadata.name")
             out.append(name)
+        _check_names(out)
         return out, items
     if names is None:
         return [], None
@@ -136,6 +195,7 @@ def _names_and_nodes(body: dict) -> tuple[list[str], list[dict] | None]:
         "".join(names)  # a TypeError unless every item is a str (in C: 4x a set of the types)
     except TypeError:
         raise BadRequest("NodeNames must be a list of strings") from None
+    _check_names(names)
     return list(names), None
 
 
@@ -164,11 +224,18 @@ def _pod(body: Any) -> dict:
 
 class _HostEntries(dict):
     """node name -> its encoded answer entry for every score 0..MAX_EXTENDER_SCORE
-    (``{"Host":"n1","Score":7}``), made on first use."""
+    (``{"Host":"n1","Score":7}``), made on first use and kept for the names in ``known()`` (the
+    cache's nodes) only: the names a request makes up cost their bytes only while it is answered."""
+
+    def __init__(self, known: Callable[[], Container[str]]) -> None:
+        super().__init__()
+        self.known = known
 
     def __missing__(self, host: str) -> tuple[str, ...]:
         head = '{"Host":' + _enc(host) + ',"Score":'
-        e = self[host] = tuple(f"{head}{s}}}" for s in range(MAX_EXTENDER_SCORE + 1))
+        e = tuple(f"{head}{s}}}" for s in range(MAX_EXTENDER_SCORE + 1))
+        if host in self.known():
+            self[host] = e
         return e
 
 
@@ -196,6 +263,8 @@ class ExtenderServer:
         self.limits = limits or ConnectionLimits()
         self.httpd = _Server((host, port), handler, self.limits, decider.metrics)
         decider.metrics.connections_open.set_function(lambda: len(self.httpd.conns))
+        decider.metrics.body_bytes_in_flight.set_function(lambda: self.httpd.bodies.used)
+        decider.metrics.learned_nodes.set_function(lambda: len(self.decider.cache.learned))
         if tls is not None:
             # The handshake runs in the connection's thread (Handler.setup), not in accept().
             self.httpd.socket = tls.wrap_socket(
@@ -204,8 +273,14 @@ class ExtenderServer:
         self.port = self.httpd.server_address[1]
         self.host = host
         self._thread: threading.Thread | None = None
-        self._host_entries = _HostEntries()  # node name -> '{"Host":"name","Score":S}' for each S
+        # node name -> '{"Host":"name","Score":S}' for each S, for the names the cache knows
+        self._host_entries = _HostEntries(lambda: self.decider.cache.index)
         self.bind_log: deque[tuple[str, str]] = deque(maxlen=10_000)  # (pod uid, node), newest binds
+        # local mode: pod uid -> what its bind reads (_bind_view, as JSON), oldest first; b"" for a
+        # pod whose view is over MAX_PENDING_POD
+        self._pending: dict[str, bytes] = {}
+        self._pending_bytes = 0
+        self._pending_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -234,7 +309,7 @@ class ExtenderServer:
         pod = _pod(body)
         names, items = _names_and_nodes(body)
         if items is not None:
-            self._learn(items)
+            self._learn(items, names)
         try:
             ans = self.decider.filter(pod, names)
         except ObjectError as e:
@@ -262,7 +337,7 @@ class ExtenderServer:
         if len(set(names)) != len(names):
             raise BadRequest("a node is named twice in the request")
         if items is not None:
-            self._learn(items)
+            self._learn(items, names)
         try:
             d = self.decider.prioritize(pod, names, t0)
         except ObjectError as e:
@@ -275,8 +350,8 @@ class ExtenderServer:
         kept per node and score (json.dumps of 500 small dicts costs more than the policy's
         forward pass; joining a cached head and tail per host three times this)."""
         entries = self._host_entries
-        if len(entries) > 4 * len(self.decider.cache.index) + 10_000:
-            entries.clear()  # names the cache does not know (bounded)
+        if len(entries) > 2 * len(self.decider.cache.index) + 1000:
+            entries.clear()  # the nodes that left the cache
         return ("[" + ",".join(map(getitem, map(entries.__getitem__, hosts), scores)) + "]").encode()
 
     def bind(self, body: Any) -> dict:
@@ -287,9 +362,14 @@ class ExtenderServer:
         for k in ("PodName", "PodNamespace", "PodUID", "Node"):
             if not isinstance(body.get(k), str):
                 raise BadRequest(f"{k} is missing or not a string")
-        raw = self._pending.pop(body["PodUID"], None)
+        with self._pending_lock:
+            raw = self._pending.pop(body["PodUID"], None)
+            self._pending_bytes -= len(raw or b"")
         if raw is None:
             return {"Error": f"fedsched: pod {body['PodUID']} was not seen in filter or prioritize"}
+        if not raw:
+            return {"Error": f"fedsched: pod {body['PodUID']} was not kept for its bind (its "
+                             f"resources, owner and annotations take more than {MAX_PENDING_POD} bytes)"}
         pod_obj = decode_body(raw)  # what remember() encoded
         cache = self.decider.cache
         try:
@@ -327,25 +407,45 @@ class ExtenderServer:
             raise BadRequest("NodeNameToMetaVictims must be an object")
         return {"NodeNameToMetaVictims": meta or {}}
 
-    def _learn(self, items: list[dict]) -> None:
+    def _learn(self, items: list[dict], names: list[str]) -> None:
+        """Add the request's nodes the cache does not know, all in one rebuild of its tables (one
+        rebuild per node made learning n new nodes cost n rebuilds of up to n nodes), at most
+        ``cache.max_learned_nodes`` of them kept (``ClusterCache`` module doc: the least recently
+        named are forgotten; counted in ``fedsched_learned_nodes_dropped_total``)."""
         cache = self.decider.cache
+        new: dict[str, NodeInfo] = {}
+        over: set[str] = set()  # new names past the limit: neither read nor learned
         for item in items:
             name = item["metadata"]["name"]
-            if name not in cache.index:
-                try:
-                    # node_table raises for what the cluster model cannot hold (more than
-                    # MAX_GPUS_PER_NODE GPUs, capacities past int64), which would otherwise
-                    # fail the cache's rebuild after it had changed its node list.
-                    node_table([node_from_json(item)])
-                except (ValueError, OverflowError) as e:  # ObjectError is a ValueError
-                    raise BadRequest(f"Nodes: {e}") from e
-                cache.upsert_node(item)
-
-    _pending: dict[str, bytes]
+            if name in cache.index or name in new:
+                continue
+            if len(new) >= cache.max_learned_nodes:
+                over.add(name)
+                continue
+            try:
+                info = node_from_json(item)
+                # node_table raises for what the cluster model cannot hold (more than
+                # MAX_GPUS_PER_NODE GPUs, capacities past int64), which would otherwise
+                # fail the cache's rebuild.
+                node_table([info])
+            except (ValueError, OverflowError) as e:  # ObjectError is a ValueError
+                raise BadRequest(f"Nodes: {e}") from e
+            new[name] = info
+        evicted = refused = 0
+        if new or cache.learned:  # the learned nodes named here count as named now
+            try:
+                evicted, refused = cache.add_nodes(list(new.values()), names)
+            except (ValueError, OverflowError) as e:  # what the nodes together cannot be
+                raise BadRequest(f"Nodes: {e}") from e
+        dropped = self.decider.metrics.learned_nodes_dropped
+        if evicted:
+            dropped.labels(reason="evicted").inc(evicted)
+        if over or refused:
+            dropped.labels(reason="over_limit").inc(len(over) + refused)
 
     def remember(self, pod: dict) -> None:
-        """Keep the pod JSON until its bind (local mode only: without the bind verb nothing
-        would ever take it out again), bounded."""
+        """Keep what the pod's bind reads until its bind (local mode only: without the bind verb
+        nothing would ever take it out again), bounded by count and by bytes."""
         meta = pod.get("metadata")
         if not self.allow_bind or not isinstance(meta, dict):
             return
@@ -355,11 +455,60 @@ class ExtenderServer:
         # As bytes: a hundred thousand parsed pods are millions of objects for the garbage
         # collector to walk on every full pass (multi-millisecond pauses).
         try:
-            self._pending[uid] = dumps(pod)
+            raw = dumps(_bind_view(pod))
         except BadRequest as e:  # nested deeper than the stdlib's encoder goes
             raise BadRequest(f"Pod {e}") from None
-        if len(self._pending) > 100_000:
-            self._pending.pop(next(iter(self._pending)))
+        if len(raw) > MAX_PENDING_POD:
+            raw = b""
+        with self._pending_lock:
+            pending = self._pending
+            self._pending_bytes += len(raw) - len(pending.get(uid, b""))
+            pending[uid] = raw
+            while len(pending) > MAX_PENDING_PODS or self._pending_bytes > MAX_PENDING_BYTES:
+                self._pending_bytes -= len(pending.pop(next(iter(pending))))
+
+
+def _bind_view(pod: dict) -> dict:
+    """The fields of a Pod object that its bind reads (``ClusterCache.pod``: ``pod_from_json`` and
+    ``owner_key``; ``created_time``, ``pod_ref``), the rest left out: an annotation or an
+    environment of megabytes is not kept until the bind. A field of the wrong type is kept as it
+    is, so that the bind's reader refuses it as it would have the whole pod."""
+    meta = pod["metadata"]
+    view_meta: dict[str, Any] = {k: meta[k] for k in ("uid", "name", "namespace", "creationTimestamp")
+                                 if k in meta}
+    refs = meta.get("ownerReferences")
+    if isinstance(refs, list):
+        ctrl = next((r for r in refs if isinstance(r, dict) and r.get("controller") is True), None)
+        if ctrl is not None:
+            view_meta["ownerReferences"] = [{"controller": True, "kind": ctrl.get("kind"),
+                                             "name": ctrl.get("name")}]
+    labels = meta.get("labels")
+    if isinstance(labels, dict) and TEMPLATE_HASH_LABEL in labels:
+        view_meta["labels"] = {TEMPLATE_HASH_LABEL: labels[TEMPLATE_HASH_LABEL]}
+    ann = meta.get("annotations")
+    if ann is not None:
+        view_meta["annotations"] = ({k: ann[k] for k in _BIND_ANNOTATIONS if k in ann}
+                                    if isinstance(ann, dict) else ann)
+    view: dict[str, Any] = {"metadata": view_meta}
+    spec = pod.get("spec")
+    if isinstance(spec, dict):
+        view_spec = {k: spec[k] for k in ("overhead",) if k in spec}
+        for k in ("containers", "initContainers"):
+            if k in spec:
+                cs = spec[k]
+                view_spec[k] = ([{"resources": c["resources"]} if isinstance(c, dict) and "resources" in c
+                                 else {} if isinstance(c, dict) else c for c in cs]
+                                if isinstance(cs, list) else cs)
+        view["spec"] = view_spec
+    elif spec is not None:
+        view["spec"] = spec
+    status = pod.get("status")
+    if isinstance(status, dict):
+        if "qosClass" in status:
+            view["status"] = {"qosClass": status["qosClass"]}
+    elif status is not None:
+        view["status"] = status
+    return view
 
 
 def admin_caller_allowed(
@@ -390,17 +539,29 @@ def _certificate_names(cert: dict | None) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class ConnectionLimits:
-    """Bounds on the extender's connections (``fedsched serve --max-connections``,
-    ``--idle-timeout``, ``--header-timeout``, ``--body-timeout``); see the module doc."""
+    """Bounds on the extender's connections and what they send (``fedsched serve
+    --max-connections``, ``--idle-timeout``, ``--header-timeout``, ``--body-timeout``,
+    ``--max-body``); see the module doc. ``body_budget_bytes`` (None: ``max_body_bytes``) bounds the
+    bytes of the bodies over 64 KiB read and worked on at once."""
 
     max_connections: int = 128
     idle_timeout_s: float = 120.0  # longer than Go's IdleConnTimeout (90 s): the client closes first
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    max_body_bytes: int = 2 * 1024 * 1024
+    body_budget_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_connections, int) or self.max_connections < 1:
             raise ValueError(f"max connections must be a positive integer, got {self.max_connections!r}")
+        if not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 1:
+            raise ValueError(f"max body must be a positive number of bytes, got {self.max_body_bytes!r}")
+        budget = self.body_budget_bytes
+        if budget is None:
+            object.__setattr__(self, "body_budget_bytes", self.max_body_bytes)
+        elif not isinstance(budget, int) or budget < self.max_body_bytes:
+            raise ValueError(f"body budget must be at least the max body ({self.max_body_bytes} "
+                             f"bytes), got {budget!r}")
         for name in ("idle_timeout_s", "header_timeout_s", "body_timeout_s"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
@@ -427,6 +588,27 @@ class _Tracked:
         self.phase, self.since = phase, now  # name with the old phase's (maybe past) deadline
 
 
+class _BodyBudget:
+    """Bytes of request bodies being read and worked on at once, at most ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+        self._cond = threading.Condition(threading.Lock())
+
+    def take(self, n: int, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until ``n`` more bytes fit, and take them."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.used + n <= self.limit, max(timeout, 0.0)):
+                return False
+            self.used += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._cond:
+            self.used -= n
+            self._cond.notify_all()
+
+
 class _Server(socketserver.ThreadingTCPServer):
     """Accepts connections, one daemon thread each, at most ``limits.max_connections`` (socketserver;
     no HTTP of its own), and closes those past their phase's deadline (a watchdog thread)."""
@@ -439,6 +621,7 @@ class _Server(socketserver.ThreadingTCPServer):
         self, address: tuple[str, int], handler: type, limits: ConnectionLimits, metrics: Any
     ) -> None:
         self.limits, self.metrics = limits, metrics
+        self.bodies = _BodyBudget(limits.body_budget_bytes or limits.max_body_bytes)
         self.conns: dict[Any, _Tracked] = {}  # socket -> its phase; a connection leaves it when cut or closed
         self.conns_lock = threading.Lock()
         self._watch_stop = threading.Event()
@@ -465,6 +648,11 @@ class _Server(socketserver.ThreadingTCPServer):
         with self.conns_lock:  # out of the table before its socket closes: _cut never touches a closed one
             self.conns.pop(request, None)
         super().shutdown_request(request)
+
+    def others_busy(self, me: _Tracked) -> bool:
+        """Whether a connection other than ``me`` is in the middle of a request."""
+        with self.conns_lock:
+            return any(t.phase != _IDLE and t is not me for t in self.conns.values())
 
     def _refuse(self, request: Any) -> None:
         """Past the limit with every connection working: a 503 (plain HTTP; over TLS that would cost
@@ -583,7 +771,9 @@ class _Connection(socketserver.StreamRequestHandler):
     http09 = False  # a bare "GET /path" request line: the answer is the body alone
     http10 = False
     headers: dict[bytes, bytes]
-    _last_body: Any = None
+    _last_body: Any = None  # the request's decoded body, for _neutral; dropped once answered
+    _budget_taken = 0  # bytes the request's body holds of the in-flight body budget
+    _read_at = 0.0  # when the request's body had been read (monotonic)
     peer_names: frozenset[str] = frozenset()  # the client certificate's names (mutual TLS)
     server: _Server
     tracked: _Tracked
@@ -662,7 +852,17 @@ class _Connection(socketserver.StreamRequestHandler):
             self.request.sendall(_CONTINUE)
         self.method, self.path = method, path
         if method == "POST":
-            self._post(path.split("?", 1)[0])
+            try:
+                self._post(path.split("?", 1)[0])
+            finally:
+                self._last_body = None  # not kept while the connection waits for its next request
+                if self._budget_taken:
+                    if self.server.others_busy(self.tracked):
+                        # Held as long again, idle: beside other requests, large bodies get about
+                        # half of the interpreter, whose lock their parsing holds for tens of ms.
+                        time.sleep(min(time.monotonic() - self._read_at, 1.0))
+                    self.server.bodies.give(self._budget_taken)
+                    self._budget_taken = 0
         elif method == "GET":
             self._get(path.split("?", 1)[0])
         else:
@@ -711,26 +911,43 @@ class _Connection(socketserver.StreamRequestHandler):
         except ValueError:
             self.close_connection = True
             raise BadRequest(f"bad Content-Length {raw.decode('latin-1')!r}") from None
-        if n > MAX_BODY:
-            self.close_connection = True
-            raise BadRequest(f"body of {n} bytes (limit {MAX_BODY})")
+        limit = self.server.limits.max_body_bytes
+        if n > limit:
+            self.close_connection = True  # unread: what follows is not a request
+            self.metrics.bodies_refused.labels(reason="too_large").inc()
+            raise BodyTooLarge(f"body of {n} bytes (limit {limit}: fedsched serve --max-body)")
         return n
 
     def _drain_quietly(self) -> None:
-        """Read and drop the body; a bad Content-Length closes the connection after the answer."""
+        """Read and drop the body, a buffer at a time; a bad Content-Length closes the connection
+        after the answer."""
         try:
             n = self._length(allow_missing=True)
         except BadRequest:
             return
-        if n:
-            self.rfile.read(n)
+        while n > 0:
+            chunk = self.rfile.read(min(n, SMALL_BODY))
+            if not chunk:
+                break
+            n -= len(chunk)
         self.tracked.enter(_BUSY)
 
     def _body(self) -> Any:
+        """Read and decode the body; one over ``SMALL_BODY`` bytes first takes its size from the
+        in-flight body budget (given back by :meth:`_post` once answered: ``_budget_taken``)."""
         self._last_body = None
         n = self._length()
+        if n > SMALL_BODY:
+            wait = min(BODY_BUDGET_WAIT_S, self.tracked.deadline - time.monotonic())
+            if not self.server.bodies.take(n, wait):
+                self.close_connection = True  # unread
+                self.metrics.bodies_refused.labels(reason="busy").inc()
+                raise BodyBudgetFull(f"too many large bodies at once (at most {self.server.bodies.limit} "
+                                     f"bytes of those over {SMALL_BODY}): try again")
+            self._budget_taken, self._read_at = n, time.monotonic()
         raw = self.rfile.read(n)
         self.tracked.enter(_BUSY)
+        self._read_at = time.monotonic()
         if len(raw) != n:
             self.close_connection = True
             raise BadRequest(f"the body ended after {len(raw)} of its {n} bytes")
@@ -832,7 +1049,7 @@ class _Connection(socketserver.StreamRequestHandler):
                 out = self._reload(body)
             data = out if isinstance(out, bytes) else dumps(out)
         except BadRequest as e:
-            code, data = 400, dumps({"Error": f"fedsched: bad {verb} request: {e}"})
+            code, data = e.status, dumps({"Error": f"fedsched: bad {verb} request: {e}"})
             if verb == "reload":  # counted as a failed reload, not as a decision's fallback
                 decider.metrics.reloads.labels(result="error", reason="bad_request").inc()
                 data = dumps({"Error": f"fedsched: bad reload request: {e}", "changed": False,
@@ -896,7 +1113,6 @@ class _Connection(socketserver.StreamRequestHandler):
 
 def _make_handler(server: ExtenderServer) -> type[_Connection]:
     """The connection handler class of one server (its extender, decider, metrics, prefix)."""
-    server._pending = {}
     return type("Handler", (_Connection,), {
         "app": server, "decider": server.decider, "metrics": server.decider.metrics,
         "prefix": server.prefix, "counters": {}, "latencies": {},

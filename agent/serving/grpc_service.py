@@ -4,7 +4,8 @@ The seed design's Score-plugin path: a Go Score plugin inside kube-scheduler ask
 for node scores over gRPC. The HTTP extender (``agent/serving/extender.py``) is the main path; both
 are answered by one :class:`~fedsched.agent.serving.decider.Decider` over one cluster cache, so for
 the same state the node a ``ScoreNodes`` answer gives 100 is the node the extender's
-prioritize answer gives 10.
+prioritize answer gives 10, and the nodes a ``FilterNodes`` answer refuses are the nodes the
+extender's filter refuses.
 
 RPCs (``common/proto/decision.proto``):
 
@@ -16,32 +17,58 @@ RPCs (``common/proto/decision.proto``):
   neutral answer (a pod of another profile) is the extender's 0..10 answer times 10.
 - ``GetSchedulingWeights``: the weight policy's weights over ``WEIGHT_TERMS``, or kube's
   default weighting with the fallback reason. A node-scoring model answers FAILED_PRECONDITION.
+- ``FilterNodes``: the safety filter's refusals, :meth:`Decider.filter` itself (the extender's
+  filter verb): a node above the hard measured CPU or memory limit (``--cpu-threshold``, 90% by
+  default), cordoned, NotReady, excluded, unknown to the cache, without room for the pod's GPUs,
+  or with stale telemetry; only the refused candidates are sent back, with the extender's reason.
+  The plugin's Filter refuses them (``agent/scoreplugin``). The pod is handed to the decider's
+  filter without its uid, so it starts no early ranking (the decider's module doc): the plugin's
+  PreScore candidates are those of every Filter plugin, not this one's, and a ranking of other
+  candidates would only keep the worker from the coming ``ScoreNodes``; the assumption of the
+  pod's last attempt is ended first all the same, as the extender's filter ends it.
 
 The pod is either a :class:`PodSpec` (the plugin fills it from the v1.Pod; it is turned into
 the equivalent Pod object, so both forms go through the same reader,
 :func:`fedsched.agent.cluster.k8s_objects.pod_from_json`) or the raw v1.Pod JSON.
 
 Status codes: a pod that cannot be read, a request without a pod, or a node named twice is
-INVALID_ARGUMENT with a message naming the field; ``GetSchedulingWeights`` without a weight
+INVALID_ARGUMENT with a message naming the field (the duplicate check is one pass over the names:
+40,000 names cost what 40,000 set insertions cost); ``GetSchedulingWeights`` without a weight
 policy is FAILED_PRECONDITION; a deadline already past on arrival is DEADLINE_EXCEEDED.
 Nothing the client sends produces UNKNOWN or INTERNAL: an internal failure answers neutrally
-(zero scores, or the default weights) with ``fallback_reason = "internal"``, and is counted in
-``fedsched_fallbacks_total``, as the extender does.
+(zero scores, the default weights, nothing refused) with ``fallback_reason = "internal"``, and is
+counted in ``fedsched_fallbacks_total``, as the extender does.
 
 Deadlines: the decider's budget (``DeciderConfig.budget_ms``) runs from the request's arrival;
 when the client's deadline (``context.time_remaining()``) is closer than that, the budget is
 cut to it less a margin for the response (:data:`DEADLINE_MARGIN_S` plus
-:data:`DEADLINE_MARGIN_PER_NODE_S` per candidate), so a slow policy still gets a
-fallback answer to the client in time. The decider measures its budget from the ``t0`` it is
-given (module doc of ``agent/serving/decider.py``: "from the request's arrival"); the service passes
-an earlier ``t0`` when the deadline is the tighter bound, which leaves ``decider.py`` as it is.
+:data:`DEADLINE_MARGIN_PER_NODE_S` per candidate, and at least :data:`DEADLINE_SHARE` of the time
+left: a loaded machine's thread hand-offs grow with its load, not with the candidates), so a slow
+policy still gets a fallback answer to the client in time. The decider measures its budget from the
+``t0`` it is given (module doc of ``agent/serving/decider.py``: "from the request's arrival"); the
+service passes an earlier ``t0`` when the deadline is the tighter bound, which leaves
+``decider.py`` as it is.
 
 Health: ``grpc.health.v1.Health`` reports SERVING for ``""`` and the service name once the
 cache is synced and has nodes (polled), NOT_SERVING before and from :meth:`DecisionServer.stop`.
+``Check`` only (kubelet's gRPC probes use it): ``Watch`` answers UNIMPLEMENTED, as the health
+protocol allows, because each watch is a stream held open for as long as its client likes, and
+a few of them would take every one of the ``max_concurrent_rpcs`` places.
 Metrics go to the decider's :class:`~fedsched.agent.serving.metrics.ServingMetrics`:
 ``fedsched_requests_total{verb, code}`` with the gRPC status name as ``code`` and
-``fedsched_decision_seconds{verb, model_version}``, verbs ``ScoreNodes`` and
-``GetSchedulingWeights``.
+``fedsched_decision_seconds{verb, model_version}``, verbs ``ScoreNodes``,
+``GetSchedulingWeights`` and ``FilterNodes`` (whose refusals the decider counts in
+``fedsched_refused_nodes_total{reason}``, beside the extender's).
+
+Limits (:class:`GrpcLimits`, ``fedsched serve --grpc-*``): a fixed pool of worker threads; at
+most ``max_concurrent_rpcs`` RPCs in the server at once (running or waiting for a worker; one more
+gets RESOURCE_EXHAUSTED at once); at most ``max_connections`` connections (one more is closed as it
+arrives) and ``max_streams`` concurrent RPCs on one of them; requests and answers of at most
+``max_message_bytes`` (RESOURCE_EXHAUSTED); a connection whose TLS and HTTP/2 handshake takes longer
+than ``handshake_timeout_s`` is closed, one without an RPC for ``idle_timeout_s`` is sent GOAWAY
+(the plugin reconnects at once), one silent for ``keepalive_s`` is pinged and closed when the ping
+is not answered within ``keepalive_timeout_s``, and a client pinging more often than every
+``min_client_ping_s`` without an RPC is sent GOAWAY (gRPC's ping-abuse rule).
 
 Transport security: mutual TLS with PEM files (e.g. from ``fedsched certs``): the server's
 certificate and key and the CA that must have signed the client's certificate.
@@ -56,6 +83,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
 from os import PathLike
 from typing import Any
 
@@ -86,6 +114,7 @@ MAX_NODE_SCORE = 100  # kube-scheduler's framework.MaxNodeScore
 # (about 2.5 us per candidate node here, on top of the decider's own 1 ms reservation).
 DEADLINE_MARGIN_S = 0.005  # thread hand-offs on a loaded 2-core machine took up to a few ms
 DEADLINE_MARGIN_PER_NODE_S = 2.5e-6
+DEADLINE_SHARE = 0.1  # ... and at least this share of the client's remaining time
 READY_POLL_S = 0.5
 HEALTH = health_pb2.HealthCheckResponse
 
@@ -200,11 +229,25 @@ def _pod_object(request: Any) -> dict:
 
 
 def _names(request: Any) -> list[str]:
+    """The request's node names; INVALID_ARGUMENT naming the first one named twice. One pass:
+    a hash per name (the first duplicate is looked for only when there is one)."""
     names = list(request.node_names)
     if len(set(names)) != len(names):
-        dup = next(n for k, n in enumerate(names) if n in names[:k])
-        raise _bad(f"node_names: node {dup!r} is named twice")
+        seen: set[str] = set()
+        for n in names:
+            if n in seen:
+                raise _bad(f"node_names: node {n!r} is named twice")
+            seen.add(n)
     return names
+
+
+def _without_uid(obj: dict) -> dict:
+    """``obj`` with no ``metadata.uid`` (shallow copies): the decider's filter then starts no early
+    ranking for the pod (see the module doc)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "uid" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "uid"}}
 
 
 # ---- scores -------------------------------------------------------------------------------------
@@ -231,10 +274,12 @@ class DecisionServicer(decision_pb2_grpc.DecisionServiceServicer):
         decider: Decider,
         deadline_margin_s: float = DEADLINE_MARGIN_S,
         deadline_margin_per_node_s: float = DEADLINE_MARGIN_PER_NODE_S,
+        deadline_share: float = DEADLINE_SHARE,
     ) -> None:
         self.decider = decider
         self.deadline_margin_s = deadline_margin_s
         self.deadline_margin_per_node_s = deadline_margin_per_node_s
+        self.deadline_share = deadline_share
 
     # -- helpers
     def _budget_start(self, t0: float, context: grpc.ServicerContext, n_nodes: int) -> float:
@@ -248,7 +293,8 @@ class DecisionServicer(decision_pb2_grpc.DecisionServiceServicer):
             raise _Refused(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed before the request ran")
         now = time.perf_counter()
         budget = self.decider.cfg.budget_ms / 1000.0
-        margin = self.deadline_margin_s + self.deadline_margin_per_node_s * n_nodes
+        margin = max(self.deadline_margin_s + self.deadline_margin_per_node_s * n_nodes,
+                     self.deadline_share * remaining)
         return min(t0, now + remaining - margin - budget)
 
     def _finish(self, verb: str, code: grpc.StatusCode, version: str, t0: float) -> None:
@@ -271,7 +317,7 @@ class DecisionServicer(decision_pb2_grpc.DecisionServiceServicer):
         code = grpc.StatusCode.OK
         try:
             resp = answer(request, context, t0)
-            version = resp.model_version or version
+            version = getattr(resp, "model_version", "") or version  # FilterNodes has none
             return resp
         except _Refused as e:
             code = e.code
@@ -299,6 +345,13 @@ class DecisionServicer(decision_pb2_grpc.DecisionServiceServicer):
             "GetSchedulingWeights", request, context, store.version, self._weights, _default_weights
         )
 
+    def FilterNodes(
+        self, request: decision_pb2.FilterNodesRequest, context: grpc.ServicerContext
+    ) -> decision_pb2.FilterNodesResponse:
+        return self._serve(
+            "FilterNodes", request, context, self.decider.models.version, self._filter_nodes, _nothing_refused
+        )
+
     def _score_nodes(
         self, request: decision_pb2.ScoreNodesRequest, context: grpc.ServicerContext, t0: float
     ) -> decision_pb2.ScoreNodesResponse:
@@ -317,6 +370,25 @@ class DecisionServicer(decision_pb2_grpc.DecisionServiceServicer):
             model_version=d.model_version,
             source=d.source,
             fallback_reason=d.reason,
+        )
+
+    def _filter_nodes(
+        self, request: decision_pb2.FilterNodesRequest, context: grpc.ServicerContext, t0: float
+    ) -> decision_pb2.FilterNodesResponse:
+        names = _names(request)
+        obj = _pod_object(request)
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            raise _Refused(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed before the request ran")
+        try:
+            # The filter still ends an assumption left by the pod's last attempt, as the extender's
+            # does (the uid is what matches it), before the nodes are judged without it.
+            self.decider._new_attempt(obj)
+            ans = self.decider.filter(_without_uid(obj), names)
+        except ObjectError as e:
+            raise _bad(f"pod: {e}") from None
+        return decision_pb2.FilterNodesResponse(
+            refused=[{"node": n, "reason": r} for n, r in ans.failed.items()]
         )
 
     def _weights(
@@ -361,6 +433,13 @@ def _neutral_scores(request: decision_pb2.ScoreNodesRequest, version: str) -> de
     )
 
 
+def _nothing_refused(
+    request: decision_pb2.FilterNodesRequest, version: str
+) -> decision_pb2.FilterNodesResponse:
+    """Fail open: an internal failure refuses no node (kube-scheduler's own filters still run)."""
+    return decision_pb2.FilterNodesResponse()
+
+
 def _default_weights(
     request: decision_pb2.GetSchedulingWeightsRequest, version: str
 ) -> decision_pb2.GetSchedulingWeightsResponse:
@@ -372,6 +451,13 @@ def _default_weights(
 
 
 # ---- the server ---------------------------------------------------------------------------------
+
+
+class _CheckOnlyHealth(health.HealthServicer):
+    """grpc.health.v1 without ``Watch`` (module doc: Health)."""
+
+    def Watch(self, request: Any, context: grpc.ServicerContext, send_response_callback: Any = None) -> None:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "fedsched: health Watch is not served; use Check")
 
 
 def _pem(x: PEM) -> bytes:
@@ -454,24 +540,67 @@ class DecisionServer(grpc.Server):
         return self._server.wait_for_termination(timeout)
 
 
+@dataclass(frozen=True)
+class GrpcLimits:
+    """The gRPC server's bounds (module doc; ``fedsched serve --grpc-*``)."""
+
+    workers: int = 4  # threads answering RPCs
+    max_concurrent_rpcs: int = 32  # RPCs running or waiting for a worker; one more: RESOURCE_EXHAUSTED
+    max_connections: int = 64  # open connections; one more is closed as it arrives
+    max_streams: int = 16  # concurrent RPCs on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)
+    max_message_bytes: int = 4 * 1024 * 1024  # a larger request or answer: RESOURCE_EXHAUSTED
+    idle_timeout_s: float = 300.0  # a connection without an RPC this long is sent GOAWAY
+    handshake_timeout_s: float = 10.0  # a connection's TLS + HTTP/2 handshake must end within this
+    keepalive_s: float = 60.0  # a connection silent this long is pinged ...
+    keepalive_timeout_s: float = 20.0  # ... and closed when the ping is not answered within this
+    min_client_ping_s: float = 10.0  # a client pinging more often than this without an RPC: GOAWAY
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if not getattr(self, f.name) > 0:
+                raise ValueError(f"gRPC limit {f.name} must be positive, got {getattr(self, f.name)}")
+
+    def options(self) -> list[tuple[str, int]]:
+        """The grpc core channel arguments of these limits."""
+
+        def ms(s: float) -> int:
+            return max(1, round(s * 1000))
+
+        return [
+            # so_reuseport off: a second agent on the same port must fail to bind, not share it.
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.max_send_message_length", self.max_message_bytes),
+            ("grpc.max_concurrent_streams", self.max_streams),
+            ("grpc.max_allowed_incoming_connections", self.max_connections),
+            ("grpc.max_connection_idle_ms", ms(self.idle_timeout_s)),
+            ("grpc.server_handshake_timeout_ms", ms(self.handshake_timeout_s)),
+            ("grpc.keepalive_time_ms", ms(self.keepalive_s)),
+            ("grpc.keepalive_timeout_ms", ms(self.keepalive_timeout_s)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", ms(self.min_client_ping_s)),
+            ("grpc.http2.max_ping_strikes", 2),
+        ]
+
+
 def serve_grpc(
     decider: Decider,
     host: str = "127.0.0.1",
     port: int = 0,
     tls: ServerTLS | None = None,
-    max_workers: int = 4,
     ready_poll_s: float = READY_POLL_S,
+    limits: GrpcLimits | None = None,
 ) -> tuple[DecisionServer, int]:
     """Start the decision service (and grpc.health.v1) on ``host:port``; (the started server,
     the bound port) -- port 0 picks a free one. ``tls`` = (certificate, private key, client CA)
     as PEM bytes or file paths: TLS, and with a client CA mutual TLS (a client certificate
-    signed by it is required)."""
-    pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="fedsched-grpc")
-    # so_reuseport off: a second agent on the same port must fail to bind, not share it.
-    server = grpc.server(pool, options=[("grpc.so_reuseport", 0)])
+    signed by it is required). ``limits``: :class:`GrpcLimits` (default: its defaults)."""
+    limits = limits or GrpcLimits()
+    pool = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="fedsched-grpc")
+    server = grpc.server(pool, options=limits.options(), maximum_concurrent_rpcs=limits.max_concurrent_rpcs)
     servicer = DecisionServicer(decider)
     decision_pb2_grpc.add_DecisionServiceServicer_to_server(servicer, server)
-    health_servicer = health.HealthServicer()
+    health_servicer = _CheckOnlyHealth()
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, HEALTH.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -526,11 +655,18 @@ def _set_pod(request: Any, pod: PodArg) -> None:
 class DecisionClient:
     """A client of the decision service. ``tls`` = (CA, client certificate, client key), PEM
     bytes or paths (certificate and key None: TLS without a client certificate);
-    ``server_name`` overrides the name checked against the server's certificate."""
+    ``server_name`` overrides the name checked against the server's certificate; ``options``:
+    more gRPC channel arguments."""
 
-    def __init__(self, target: str, tls: ClientTLS | None = None, server_name: str | None = None) -> None:
+    def __init__(
+        self,
+        target: str,
+        tls: ClientTLS | None = None,
+        server_name: str | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
         self.target = target
-        options: list[tuple[str, Any]] = []
+        options = list(options)
         if server_name:
             options.append(("grpc.ssl_target_name_override", server_name))
         if tls is None:
@@ -564,6 +700,14 @@ class DecisionClient:
         req = decision_pb2.GetSchedulingWeightsRequest(node_names=list(names))
         _set_pod(req, pod)
         return self.stub.GetSchedulingWeights(req, timeout=timeout)
+
+    def filter_nodes(
+        self, pod: PodArg, names: Iterable[str], timeout: float | None = 1.0
+    ) -> dict[str, str]:
+        """{refused node: reason} of the safety filter (every other candidate passes)."""
+        req = decision_pb2.FilterNodesRequest(node_names=list(names))
+        _set_pod(req, pod)
+        return {r.node: r.reason for r in self.stub.FilterNodes(req, timeout=timeout).refused}
 
     def health(self, service: str = "", timeout: float | None = 1.0) -> str:
         """The health status name (SERVING, NOT_SERVING, ...)."""

@@ -135,6 +135,33 @@ class ServingMetrics:
             ["reason"],
             registry=r,
         )
+        self.bodies_refused = Counter(
+            "fedsched_request_bodies_refused_total",
+            "Extender request bodies refused unread (the connection closed after the answer), by "
+            "reason: too_large (over --max-body: a 413), busy (no room within a second in the "
+            "budget of large bodies in flight: a 503)",
+            ["reason"],
+            registry=r,
+        )
+        self.body_bytes_in_flight = Gauge(
+            "fedsched_request_body_bytes_in_flight",
+            "Bytes of the extender's large request bodies (over 64 KiB) being read or worked on",
+            registry=r,
+        )
+        self.learned_nodes = Gauge(
+            "fedsched_learned_nodes",
+            "Nodes learned from full Nodes requests that the watch has not reported (at most "
+            "--max-learned-nodes)",
+            registry=r,
+        )
+        self.learned_nodes_dropped = Counter(
+            "fedsched_learned_nodes_dropped_total",
+            "Nodes named by full Nodes requests and not kept, by reason: evicted (a learned node "
+            "forgotten, the least recently named, to make room for a new one), over_limit (a request "
+            "named more new nodes than --max-learned-nodes: the rest were not learned)",
+            ["reason"],
+            registry=r,
+        )
         self.logged = Counter(
             "fedsched_decision_log_total",
             "Decisions written to the decision log with outcome",

@@ -80,11 +80,26 @@ def _read_rows(path: str | Path,
     path = Path(path)
     if not path.exists():
         raise TraceError(path, "file not found")
+    if path.is_dir():
+        raise TraceError(path, "is a directory, not a CSV file")
     try:
         with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: tolerate a byte-order mark
-            return _parse_rows(path, csv.reader(f), required)
+            reader = csv.reader(f)
+            try:
+                return _parse_rows(path, reader, required)
+            except csv.Error as e:  # a field past the csv module's limit, a NUL byte, a stray quote
+                raise TraceError(path, _csv_problem(e), line=reader.line_num) from None
     except UnicodeDecodeError as e:
         raise TraceError(path, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise TraceError(path, f"cannot be read ({e.strerror or e})") from None
+
+
+def _csv_problem(e: csv.Error) -> str:
+    if "field limit" in str(e):
+        return (f"a field longer than {csv.field_size_limit()} characters (no value of this schema "
+                f"is that long: a quote left open, or not a trace file)")
+    return f"not a readable CSV row ({e})"
 
 
 def _parse_rows(path: Path, reader: Iterator[list[str]],

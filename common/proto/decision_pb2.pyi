@@ -86,3 +86,27 @@ class GetSchedulingWeightsResponse(_message.Message):
     model_version: str
     fallback_reason: str
     def __init__(self, weights: _Optional[_Mapping[str, float]] = ..., model_version: _Optional[str] = ..., fallback_reason: _Optional[str] = ...) -> None: ...
+
+class FilterNodesRequest(_message.Message):
+    __slots__ = ("spec", "pod_json", "node_names")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    POD_JSON_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAMES_FIELD_NUMBER: _ClassVar[int]
+    spec: PodSpec
+    pod_json: bytes
+    node_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, spec: _Optional[_Union[PodSpec, _Mapping]] = ..., pod_json: _Optional[bytes] = ..., node_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class NodeRefusal(_message.Message):
+    __slots__ = ("node", "reason")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    reason: str
+    def __init__(self, node: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class FilterNodesResponse(_message.Message):
+    __slots__ = ("refused",)
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    refused: _containers.RepeatedCompositeFieldContainer[NodeRefusal]
+    def __init__(self, refused: _Optional[_Iterable[_Union[NodeRefusal, _Mapping]]] = ...) -> None: ...

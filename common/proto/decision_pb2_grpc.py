@@ -44,6 +44,11 @@ class DecisionServiceStub:
                 request_serializer=fedsched_dot_common_dot_proto_dot_decision__pb2.GetSchedulingWeightsRequest.SerializeToString,
                 response_deserializer=fedsched_dot_common_dot_proto_dot_decision__pb2.GetSchedulingWeightsResponse.FromString,
                 _registered_method=True)
+        self.FilterNodes = channel.unary_unary(
+                '/fedsched.decision.v1.DecisionService/FilterNodes',
+                request_serializer=fedsched_dot_common_dot_proto_dot_decision__pb2.FilterNodesRequest.SerializeToString,
+                response_deserializer=fedsched_dot_common_dot_proto_dot_decision__pb2.FilterNodesResponse.FromString,
+                _registered_method=True)
 
 
 class DecisionServiceServicer:
@@ -64,6 +69,16 @@ class DecisionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FilterNodes(self, request, context):
+        """The safety filter's refusals for one pod over its candidate nodes: the extender's filter
+        rule (a node above the hard measured CPU or memory limit, cordoned, NotReady, excluded,
+        unknown to the agent, without room for the pod's GPUs, or with stale telemetry) on the
+        same cluster cache. A pod of another profile than the agent's: nothing refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DecisionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -76,6 +91,11 @@ def add_DecisionServiceServicer_to_server(servicer, server):
                     servicer.GetSchedulingWeights,
                     request_deserializer=fedsched_dot_common_dot_proto_dot_decision__pb2.GetSchedulingWeightsRequest.FromString,
                     response_serializer=fedsched_dot_common_dot_proto_dot_decision__pb2.GetSchedulingWeightsResponse.SerializeToString,
+            ),
+            'FilterNodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.FilterNodes,
+                    request_deserializer=fedsched_dot_common_dot_proto_dot_decision__pb2.FilterNodesRequest.FromString,
+                    response_serializer=fedsched_dot_common_dot_proto_dot_decision__pb2.FilterNodesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -132,6 +152,33 @@ class DecisionService:
             '/fedsched.decision.v1.DecisionService/GetSchedulingWeights',
             fedsched_dot_common_dot_proto_dot_decision__pb2.GetSchedulingWeightsRequest.SerializeToString,
             fedsched_dot_common_dot_proto_dot_decision__pb2.GetSchedulingWeightsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FilterNodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedsched.decision.v1.DecisionService/FilterNodes',
+            fedsched_dot_common_dot_proto_dot_decision__pb2.FilterNodesRequest.SerializeToString,
+            fedsched_dot_common_dot_proto_dot_decision__pb2.FilterNodesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,7 +1,8 @@
-"""The agent chart's extender flags for issue 26 (items 2 and 8): it listens on every interface by
-an explicit ``--host`` (the agent's default is loopback), bounds its connections with the chart's
-``extender.connections`` values, and allows the admin verbs to the client-certificate names in
-``extender.adminClients`` only; every rendered flag is read by ``fedsched serve``'s own parser."""
+"""The agent chart's extender flags for issue 26 (items 2, 5 and 8): it listens on every interface
+by an explicit ``--host`` (the agent's default is loopback), bounds its connections with the
+chart's ``extender.connections`` values and its learned nodes with ``extender.maxLearnedNodes``,
+and allows the admin verbs to the client-certificate names in ``extender.adminClients`` only;
+every rendered flag is read by ``fedsched serve``'s own parser."""
 
 from __future__ import annotations
 
@@ -32,19 +33,22 @@ def test_the_extender_listens_on_every_interface_with_the_default_bounds_and_no_
     assert opts["host"] == "0.0.0.0"
     defaults = {k: v[1] for k, v in serve.OPTIONS.items()}
     assert serve.connection_limits(opts) == serve.connection_limits(defaults)
+    assert opts["max-learned-nodes"] == defaults["max-learned-nodes"] == 5000
     assert not opts["admin-clients"]
 
 
 def test_connection_bounds_and_admin_clients_from_the_values() -> None:
     values = merge(load_values(AGENT, DEFAULTS), {"extender": {
         "connections": {"max": 64, "idleTimeoutSeconds": 75, "headerTimeoutSeconds": 5,
-                        "bodyTimeoutSeconds": 12.5},
-        "adminClients": ["fedsched-admin", "ops.example.com"],
+                        "bodyTimeoutSeconds": 12.5, "maxBodyBytes": 8 * 1024 * 1024},
+        "adminClients": ["fedsched-admin", "ops.example.com"], "maxLearnedNodes": 0,
     }})
     opts = extender_options(values)
+    assert opts["max-learned-nodes"] == 0  # 0 is a value (learn none), not "the default"
     limits = serve.connection_limits(opts)
-    got = (limits.max_connections, limits.idle_timeout_s, limits.header_timeout_s, limits.body_timeout_s)
-    assert got == (64, 75.0, 5.0, 12.5)
+    got = (limits.max_connections, limits.idle_timeout_s, limits.header_timeout_s, limits.body_timeout_s,
+           limits.max_body_bytes)
+    assert got == (64, 75.0, 5.0, 12.5, 8 * 1024 * 1024)
     assert opts["admin-clients"] == "fedsched-admin,ops.example.com"
 
 
@@ -52,6 +56,8 @@ def test_connection_bounds_and_admin_clients_from_the_values() -> None:
     {"connections": {"max": 0}},
     {"connections": {"headerTimeoutSeconds": 0}},
     {"connections": {"maxConnections": 5}},
+    {"connections": {"maxBodyBytes": 0}},
+    {"maxLearnedNodes": -1},
     {"adminClients": ["has,comma"]},
     {"adminClients": "fedsched-admin"},
 ])

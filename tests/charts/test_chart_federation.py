@@ -68,7 +68,12 @@ SL_SVC = chart_configs.superlink_host(HUB_FULL, NAMESPACE)
 GW_SVC = f"{HUB_FULL}-gateway.{NAMESPACE}.svc"
 HUB_PUBLIC = "fleet.example.com"
 CLUSTER = "cluster-a"
-RUN_TIMEOUT = 150
+#: Margins for a loaded machine, not speeds: each wait returns as soon as its step is done (on an
+#: idle 2-core machine the run takes about 40 s and each start a few seconds), and a step whose
+#: process exits fails at once, so only a hang waits this long. At a load of 10 the same steps
+#: took several times longer; these leave them 20x and more.
+RUN_TIMEOUT = 1200
+START_TIMEOUT = 300
 #: Small rounds: two of them, one member, a small central evaluation.
 RUN_CONFIG = "num-server-rounds=2 min-nodes=1 local-decisions=20 scarce-decisions=10 local-epochs=1"
 
@@ -172,7 +177,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         loc = localizer("superlink", "sl_health")
         sl, sl_log = procs.start("superlink", loc.argv(argv(c)), env={**base, **flower_env(loc, c)},
                                  cwd=loc.path(c["workingDir"]))
-        wait_port(ports["sl"], sl, sl_log)
+        wait_port(ports["sl"], sl, sl_log, START_TIMEOUT)
         dep = one(hub, "Deployment", f"{HUB_FULL}-superexec")
         c = container(dep, "superexec")
         loc = localizer("superexec", "se_health")
@@ -187,7 +192,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         gw_args = loc.argv(argv(container(one(hub, "Deployment", f"{HUB_FULL}-gateway"), "nginx")))
         assert gw_args[0] == "nginx"
         gw, gw_log = procs.start("gateway", [NGINX, *gw_args[1:]])
-        wait_port(ports["gw"], gw, gw_log)
+        wait_port(ports["gw"], gw, gw_log, START_TIMEOUT)
         # The registration Job's script and keys, from its ConfigMap.
         loc = localizer("registration")
         for key, text in one(hub, "ConfigMap", f"{HUB_FULL}-registration")["data"].items():
@@ -197,7 +202,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         register_env = {**base, **flower_env(loc, job)}
         # post-install, then post-upgrade: the second run must find the key and succeed.
         registrations = [subprocess.run(register, env=register_env, capture_output=True, text=True,
-                                        timeout=60, check=False) for _ in range(2)]
+                                        timeout=START_TIMEOUT, check=False) for _ in range(2)]
         test_cm = one(hub, "ConfigMap", f"{HUB_FULL}-test")
         (paths["/etc/fedsched/test"] / "smoke_test.py").write_text(test_cm["data"]["smoke_test.py"])
         smoke = [sys.executable, *localizer("test").argv(argv(container(one(hub, "Pod", f"{HUB_FULL}-test"),
@@ -206,7 +211,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         dep = one(agent, "Deployment", AGENT_FULL)
         loc = localizer("agent", "sn_health")
         seed = container(dep, "seed-policy")["command"]
-        subprocess.run([sys.executable, *loc.argv(seed)[1:]], check=True, timeout=120)
+        subprocess.run([sys.executable, *loc.argv(seed)[1:]], check=True, timeout=START_TIMEOUT)
         data = paths["/var/lib/fedsched"]
         (data / "data").mkdir()
         member_data(data, data / "data" / "nodes.csv", data / "data" / "pods.csv")
@@ -215,7 +220,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         side_args = loc.argv(argv(container(dep, "hub-sidecar")))
         assert side_args[0] == "stunnel"
         st, _ = procs.start("stunnel", [STUNNEL, *side_args[1:]])
-        wait_port(ports["sc"], st, paths[chart_configs.SIDECAR_WORKDIR] / "stunnel.log")
+        wait_port(ports["sc"], st, paths[chart_configs.SIDECAR_WORKDIR] / "stunnel.log", START_TIMEOUT)
         c = container(dep, "supernode")
         procs.start("supernode", loc.argv(argv(c)), env={**base, **flower_env(loc, c)},
                     cwd=loc.path(c["workingDir"]))
@@ -236,10 +241,10 @@ def test_two_rounds_through_the_charts_configs(fleet: Fleet) -> None:
         first.stdout + first.stderr)
     assert again.returncode == 0 and f"{CLUSTER}: already registered" in again.stdout, (
         again.stdout + again.stderr)
-    wait_online(fleet.operator_env, fleet.root, 1, fleet.diagnostics)
+    wait_online(fleet.operator_env, fleet.root, 1, fleet.diagnostics, timeout=START_TIMEOUT)
 
     run = run_federation(fleet.operator_env, fleet.root, REPO, RUN_CONFIG, fleet.procs.logs / "flwr-run.log",
-                         RUN_TIMEOUT)
+                         RUN_TIMEOUT, watch=fleet.procs.procs)
     assert run["status"] == "finished:completed", (
         f"{run['status']}\n{tail(fleet.procs.logs / 'flwr-run.log')}\n"
         + "\n".join(tail(p) for p in fleet.diagnostics))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from fedsched.cli.main import main
 from fedsched.common.model.metrics import METRICS, mean_ci95
@@ -58,6 +59,22 @@ def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path, capsys):
     assert main(["evaluate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "nope"]) == 2
     assert "unknown policy 'nope'" in capsys.readouterr().err
     assert main(["evaluate", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "0"]) == 2
+
+
+@pytest.mark.parametrize("which", ["--nodes", "--pods", "--train-pods"])
+def test_a_huge_field_or_a_directory_is_one_line_naming_the_file_not_a_traceback(tmp_path, capsys, which):
+    """Issue 26, item 7: a CSV with a 2 MB field (past the csv module's field limit) and a
+    directory given as a CSV end with one line naming the file (and the line), exit status 2."""
+    nodes, pods = write_cluster(tmp_path)
+    files = {"--nodes": nodes, "--pods": pods, "--train-pods": pods}
+    huge = tmp_path / "huge.csv"
+    huge.write_text(files[which].read_text().replace("\n", "\n" + "x" * 2_000_000 + ",1,1,0,0\n", 1))
+    for bad, message in [(huge, "huge.csv, line 2: a field longer than"),
+                         (tmp_path, f"{tmp_path}: is a directory, not a CSV file")]:
+        args = {**files, which: bad}
+        assert main(["evaluate", *(x for k, v in args.items() for x in (k, str(v))), "--seeds", "1"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err[:2000]
 
 
 def test_hash_split_is_stable_and_disjoint():

@@ -426,3 +426,66 @@ def test_load_kube_config_without_any_configuration_says_so(tmp_path: Path,
     bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
     with pytest.raises(KubeConfigError, match="not usable"):
         load_kube_config(str(bad))
+
+
+# ---- a burst of nodes joining ------------------------------------------------------------------
+
+
+class GatedCache(RecordingCache):
+    """A sink whose first node call waits until ``ready()`` (or 30 s): the events that arrive
+    meanwhile queue up in the watcher, as they do while a slow rebuild runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready: Callable[[int], bool] = lambda first: True
+        self.node_calls: list[int] = []  # the number of nodes of each node call
+
+    def _gate(self, n: int) -> None:
+        if not self.node_calls:
+            wait_until(lambda: self.ready(n), timeout=30.0)
+        self.node_calls.append(n)
+
+    def upsert_node(self, obj: dict) -> None:
+        self._gate(1)
+        super().upsert_node(obj)
+
+    def upsert_nodes(self, objs: list[dict]) -> None:
+        self._gate(len(objs))
+        for o in objs:
+            self._rec("upsert_node", o["metadata"]["name"], o)
+        self.cache.upsert_nodes(objs)
+
+
+def test_a_burst_of_nodes_joining_is_applied_in_a_few_rebuilds(api: KubeAPIStub) -> None:
+    """1,000 ADDED node events that arrive while the sink is busy are applied in one more call and
+    one more rebuild of the cache's tables, in order; the old watcher applied each on its own (a
+    rebuild each: 1,000 rebuilds of up to 1,006 nodes, quadratic). Counted, never timed."""
+    n = 1000
+    sink = GatedCache()
+    watcher = KubeWatcher(sink, client_for(api), resync_backoff_s=0.05, max_backoff_s=0.2)
+    watcher.start()
+    try:
+        assert watcher.wait_synced(5) and api.wait_watching("nodes")
+        rebuilds = [0]
+        real = sink.cache._set_nodes
+
+        def counted(*a: object, **kw: object) -> None:
+            rebuilds[0] += 1
+            real(*a, **kw)
+
+        sink.cache._set_nodes = counted  # type: ignore[method-assign]
+        # the first call waits until every other event has been read and waits in the watcher
+        sink.ready = lambda first: getattr(watcher, "backlog", 0) == n - first
+        for k in range(n):
+            obj = by_name(NODES, "cpu-node-a")
+            obj["metadata"]["name"] = f"joined-{k:04d}"
+            obj["metadata"].pop("uid")
+            api.add("nodes", obj)
+        assert wait_until(lambda: watcher.events == n, timeout=120.0)
+        assert len(sink.node_calls) <= 2 and sum(sink.node_calls) == n, sink.node_calls[:5]
+        assert rebuilds[0] <= 2, rebuilds[0]
+        assert [k for m, k, _ in sink.calls if m == "upsert_node"] == [f"joined-{k:04d}" for k in range(n)]
+        assert all(f"joined-{k:04d}" in sink.cache.index for k in range(n))
+        assert watcher.relists == 0 and watcher.last_error == ""
+    finally:
+        assert watcher.stop(5)

@@ -47,10 +47,12 @@ def test_encode_priorities_is_the_json_of_the_answer(server):
 
 
 def test_encode_priorities_cache_is_bounded(server):
-    limit = 4 * len(server.decider.cache.index) + 10_000
-    for k in range(0, limit + 10, 5000):
-        server.encode_priorities([f"unknown-{k + j}" for j in range(5000)], [5] * 5000)
-    assert len(server._host_entries) <= limit + 5000
+    """Entries are kept for the cache's nodes only: names a request makes up are not (issue 26)."""
+    known = list(server.decider.cache.table.names[:10])
+    for k in range(0, 20_000, 5000):
+        server.encode_priorities(known + [f"unknown-{k + j}" for j in range(5000)], [5] * 5010)
+    assert set(server._host_entries) >= set(known)
+    assert not any(h.startswith("unknown-") for h in server._host_entries)
 
 
 def test_prioritize_answer_encodes_the_decision(server):

@@ -4,7 +4,8 @@
 // (mutual TLS with certificates from `fedsched certs`). The HTTP scheduler extender is the
 // main path; both are answered by the same decider over the same cluster cache, so for the
 // same cluster state the node a ScoreNodes answer gives 100 is the node the extender's
-// prioritize answer gives 10.
+// prioritize answer gives 10, and the nodes FilterNodes refuses are the nodes the extender's
+// filter refuses.
 //
 // Regenerate the Python modules with scripts/gen_proto.sh.
 
@@ -514,6 +515,193 @@ func (x *GetSchedulingWeightsResponse) GetFallbackReason() string {
 	return ""
 }
 
+type FilterNodesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Pod:
+	//
+	//	*FilterNodesRequest_Spec
+	//	*FilterNodesRequest_PodJson
+	Pod           isFilterNodesRequest_Pod `protobuf_oneof:"pod"`
+	NodeNames     []string                 `protobuf:"bytes,3,rep,name=node_names,json=nodeNames,proto3" json:"node_names,omitempty"` // the candidates, each at most once
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FilterNodesRequest) Reset() {
+	*x = FilterNodesRequest{}
+	mi := &file_fedsched_common_proto_decision_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FilterNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FilterNodesRequest) ProtoMessage() {}
+
+func (x *FilterNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fedsched_common_proto_decision_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FilterNodesRequest.ProtoReflect.Descriptor instead.
+func (*FilterNodesRequest) Descriptor() ([]byte, []int) {
+	return file_fedsched_common_proto_decision_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *FilterNodesRequest) GetPod() isFilterNodesRequest_Pod {
+	if x != nil {
+		return x.Pod
+	}
+	return nil
+}
+
+func (x *FilterNodesRequest) GetSpec() *PodSpec {
+	if x != nil {
+		if x, ok := x.Pod.(*FilterNodesRequest_Spec); ok {
+			return x.Spec
+		}
+	}
+	return nil
+}
+
+func (x *FilterNodesRequest) GetPodJson() []byte {
+	if x != nil {
+		if x, ok := x.Pod.(*FilterNodesRequest_PodJson); ok {
+			return x.PodJson
+		}
+	}
+	return nil
+}
+
+func (x *FilterNodesRequest) GetNodeNames() []string {
+	if x != nil {
+		return x.NodeNames
+	}
+	return nil
+}
+
+type isFilterNodesRequest_Pod interface {
+	isFilterNodesRequest_Pod()
+}
+
+type FilterNodesRequest_Spec struct {
+	Spec *PodSpec `protobuf:"bytes,1,opt,name=spec,proto3,oneof"`
+}
+
+type FilterNodesRequest_PodJson struct {
+	PodJson []byte `protobuf:"bytes,2,opt,name=pod_json,json=podJson,proto3,oneof"`
+}
+
+func (*FilterNodesRequest_Spec) isFilterNodesRequest_Pod() {}
+
+func (*FilterNodesRequest_PodJson) isFilterNodesRequest_Pod() {}
+
+type NodeRefusal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"` // the extender's FailedNodes message, e.g. "fedsched: cpu utilisation 0.97 > 0.90 threshold"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeRefusal) Reset() {
+	*x = NodeRefusal{}
+	mi := &file_fedsched_common_proto_decision_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeRefusal) ProtoMessage() {}
+
+func (x *NodeRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_fedsched_common_proto_decision_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeRefusal.ProtoReflect.Descriptor instead.
+func (*NodeRefusal) Descriptor() ([]byte, []int) {
+	return file_fedsched_common_proto_decision_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *NodeRefusal) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeRefusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type FilterNodesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The refused candidates only (every other candidate passes), in request order.
+	Refused       []*NodeRefusal `protobuf:"bytes,1,rep,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FilterNodesResponse) Reset() {
+	*x = FilterNodesResponse{}
+	mi := &file_fedsched_common_proto_decision_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FilterNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FilterNodesResponse) ProtoMessage() {}
+
+func (x *FilterNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fedsched_common_proto_decision_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FilterNodesResponse.ProtoReflect.Descriptor instead.
+func (*FilterNodesResponse) Descriptor() ([]byte, []int) {
+	return file_fedsched_common_proto_decision_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *FilterNodesResponse) GetRefused() []*NodeRefusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
 var File_fedsched_common_proto_decision_proto protoreflect.FileDescriptor
 
 const file_fedsched_common_proto_decision_proto_rawDesc = "" +
@@ -559,11 +747,23 @@ const file_fedsched_common_proto_decision_proto_rawDesc = "" +
 	"\x0ffallback_reason\x18\x03 \x01(\tR\x0efallbackReason\x1a:\n" +
 	"\fWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x012\xf1\x01\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x8c\x01\n" +
+	"\x12FilterNodesRequest\x123\n" +
+	"\x04spec\x18\x01 \x01(\v2\x1d.fedsched.decision.v1.PodSpecH\x00R\x04spec\x12\x1b\n" +
+	"\bpod_json\x18\x02 \x01(\fH\x00R\apodJson\x12\x1d\n" +
+	"\n" +
+	"node_names\x18\x03 \x03(\tR\tnodeNamesB\x05\n" +
+	"\x03pod\"9\n" +
+	"\vNodeRefusal\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"R\n" +
+	"\x13FilterNodesResponse\x12;\n" +
+	"\arefused\x18\x01 \x03(\v2!.fedsched.decision.v1.NodeRefusalR\arefused2\xd5\x02\n" +
 	"\x0fDecisionService\x12_\n" +
 	"\n" +
 	"ScoreNodes\x12'.fedsched.decision.v1.ScoreNodesRequest\x1a(.fedsched.decision.v1.ScoreNodesResponse\x12}\n" +
-	"\x14GetSchedulingWeights\x121.fedsched.decision.v1.GetSchedulingWeightsRequest\x1a2.fedsched.decision.v1.GetSchedulingWeightsResponseb\x06proto3"
+	"\x14GetSchedulingWeights\x121.fedsched.decision.v1.GetSchedulingWeightsRequest\x1a2.fedsched.decision.v1.GetSchedulingWeightsResponse\x12b\n" +
+	"\vFilterNodes\x12(.fedsched.decision.v1.FilterNodesRequest\x1a).fedsched.decision.v1.FilterNodesResponseb\x06proto3"
 
 var (
 	file_fedsched_common_proto_decision_proto_rawDescOnce sync.Once
@@ -577,7 +777,7 @@ func file_fedsched_common_proto_decision_proto_rawDescGZIP() []byte {
 	return file_fedsched_common_proto_decision_proto_rawDescData
 }
 
-var file_fedsched_common_proto_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_fedsched_common_proto_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_fedsched_common_proto_decision_proto_goTypes = []any{
 	(*PodSpec)(nil),                      // 0: fedsched.decision.v1.PodSpec
 	(*ScoreNodesRequest)(nil),            // 1: fedsched.decision.v1.ScoreNodesRequest
@@ -585,22 +785,29 @@ var file_fedsched_common_proto_decision_proto_goTypes = []any{
 	(*ScoreNodesResponse)(nil),           // 3: fedsched.decision.v1.ScoreNodesResponse
 	(*GetSchedulingWeightsRequest)(nil),  // 4: fedsched.decision.v1.GetSchedulingWeightsRequest
 	(*GetSchedulingWeightsResponse)(nil), // 5: fedsched.decision.v1.GetSchedulingWeightsResponse
-	nil,                                  // 6: fedsched.decision.v1.GetSchedulingWeightsResponse.WeightsEntry
+	(*FilterNodesRequest)(nil),           // 6: fedsched.decision.v1.FilterNodesRequest
+	(*NodeRefusal)(nil),                  // 7: fedsched.decision.v1.NodeRefusal
+	(*FilterNodesResponse)(nil),          // 8: fedsched.decision.v1.FilterNodesResponse
+	nil,                                  // 9: fedsched.decision.v1.GetSchedulingWeightsResponse.WeightsEntry
 }
 var file_fedsched_common_proto_decision_proto_depIdxs = []int32{
 	0, // 0: fedsched.decision.v1.ScoreNodesRequest.spec:type_name -> fedsched.decision.v1.PodSpec
 	2, // 1: fedsched.decision.v1.ScoreNodesResponse.scores:type_name -> fedsched.decision.v1.NodeScore
 	0, // 2: fedsched.decision.v1.GetSchedulingWeightsRequest.spec:type_name -> fedsched.decision.v1.PodSpec
-	6, // 3: fedsched.decision.v1.GetSchedulingWeightsResponse.weights:type_name -> fedsched.decision.v1.GetSchedulingWeightsResponse.WeightsEntry
-	1, // 4: fedsched.decision.v1.DecisionService.ScoreNodes:input_type -> fedsched.decision.v1.ScoreNodesRequest
-	4, // 5: fedsched.decision.v1.DecisionService.GetSchedulingWeights:input_type -> fedsched.decision.v1.GetSchedulingWeightsRequest
-	3, // 6: fedsched.decision.v1.DecisionService.ScoreNodes:output_type -> fedsched.decision.v1.ScoreNodesResponse
-	5, // 7: fedsched.decision.v1.DecisionService.GetSchedulingWeights:output_type -> fedsched.decision.v1.GetSchedulingWeightsResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	9, // 3: fedsched.decision.v1.GetSchedulingWeightsResponse.weights:type_name -> fedsched.decision.v1.GetSchedulingWeightsResponse.WeightsEntry
+	0, // 4: fedsched.decision.v1.FilterNodesRequest.spec:type_name -> fedsched.decision.v1.PodSpec
+	7, // 5: fedsched.decision.v1.FilterNodesResponse.refused:type_name -> fedsched.decision.v1.NodeRefusal
+	1, // 6: fedsched.decision.v1.DecisionService.ScoreNodes:input_type -> fedsched.decision.v1.ScoreNodesRequest
+	4, // 7: fedsched.decision.v1.DecisionService.GetSchedulingWeights:input_type -> fedsched.decision.v1.GetSchedulingWeightsRequest
+	6, // 8: fedsched.decision.v1.DecisionService.FilterNodes:input_type -> fedsched.decision.v1.FilterNodesRequest
+	3, // 9: fedsched.decision.v1.DecisionService.ScoreNodes:output_type -> fedsched.decision.v1.ScoreNodesResponse
+	5, // 10: fedsched.decision.v1.DecisionService.GetSchedulingWeights:output_type -> fedsched.decision.v1.GetSchedulingWeightsResponse
+	8, // 11: fedsched.decision.v1.DecisionService.FilterNodes:output_type -> fedsched.decision.v1.FilterNodesResponse
+	9, // [9:12] is the sub-list for method output_type
+	6, // [6:9] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_fedsched_common_proto_decision_proto_init() }
@@ -616,13 +823,17 @@ func file_fedsched_common_proto_decision_proto_init() {
 		(*GetSchedulingWeightsRequest_Spec)(nil),
 		(*GetSchedulingWeightsRequest_PodJson)(nil),
 	}
+	file_fedsched_common_proto_decision_proto_msgTypes[6].OneofWrappers = []any{
+		(*FilterNodesRequest_Spec)(nil),
+		(*FilterNodesRequest_PodJson)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fedsched_common_proto_decision_proto_rawDesc), len(file_fedsched_common_proto_decision_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -4,7 +4,8 @@
 // (mutual TLS with certificates from `fedsched certs`). The HTTP scheduler extender is the
 // main path; both are answered by the same decider over the same cluster cache, so for the
 // same cluster state the node a ScoreNodes answer gives 100 is the node the extender's
-// prioritize answer gives 10.
+// prioritize answer gives 10, and the nodes FilterNodes refuses are the nodes the extender's
+// filter refuses.
 //
 // Regenerate the Python modules with scripts/gen_proto.sh.
 
@@ -31,6 +32,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	DecisionService_ScoreNodes_FullMethodName           = "/fedsched.decision.v1.DecisionService/ScoreNodes"
 	DecisionService_GetSchedulingWeights_FullMethodName = "/fedsched.decision.v1.DecisionService/GetSchedulingWeights"
+	DecisionService_FilterNodes_FullMethodName          = "/fedsched.decision.v1.DecisionService/FilterNodes"
 )
 
 // DecisionServiceClient is the client API for DecisionService service.
@@ -42,6 +44,11 @@ type DecisionServiceClient interface {
 	// The TD3 weight policy's weights for one pod and the cluster state. FAILED_PRECONDITION
 	// when the agent serves a node-scoring policy only (start it with --weights-policy).
 	GetSchedulingWeights(ctx context.Context, in *GetSchedulingWeightsRequest, opts ...grpc.CallOption) (*GetSchedulingWeightsResponse, error)
+	// The safety filter's refusals for one pod over its candidate nodes: the extender's filter
+	// rule (a node above the hard measured CPU or memory limit, cordoned, NotReady, excluded,
+	// unknown to the agent, without room for the pod's GPUs, or with stale telemetry) on the
+	// same cluster cache. A pod of another profile than the agent's: nothing refused.
+	FilterNodes(ctx context.Context, in *FilterNodesRequest, opts ...grpc.CallOption) (*FilterNodesResponse, error)
 }
 
 type decisionServiceClient struct {
@@ -72,6 +79,16 @@ func (c *decisionServiceClient) GetSchedulingWeights(ctx context.Context, in *Ge
 	return out, nil
 }
 
+func (c *decisionServiceClient) FilterNodes(ctx context.Context, in *FilterNodesRequest, opts ...grpc.CallOption) (*FilterNodesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FilterNodesResponse)
+	err := c.cc.Invoke(ctx, DecisionService_FilterNodes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DecisionServiceServer is the server API for DecisionService service.
 // All implementations must embed UnimplementedDecisionServiceServer
 // for forward compatibility.
@@ -81,6 +98,11 @@ type DecisionServiceServer interface {
 	// The TD3 weight policy's weights for one pod and the cluster state. FAILED_PRECONDITION
 	// when the agent serves a node-scoring policy only (start it with --weights-policy).
 	GetSchedulingWeights(context.Context, *GetSchedulingWeightsRequest) (*GetSchedulingWeightsResponse, error)
+	// The safety filter's refusals for one pod over its candidate nodes: the extender's filter
+	// rule (a node above the hard measured CPU or memory limit, cordoned, NotReady, excluded,
+	// unknown to the agent, without room for the pod's GPUs, or with stale telemetry) on the
+	// same cluster cache. A pod of another profile than the agent's: nothing refused.
+	FilterNodes(context.Context, *FilterNodesRequest) (*FilterNodesResponse, error)
 	mustEmbedUnimplementedDecisionServiceServer()
 }
 
@@ -96,6 +118,9 @@ func (UnimplementedDecisionServiceServer) ScoreNodes(context.Context, *ScoreNode
 }
 func (UnimplementedDecisionServiceServer) GetSchedulingWeights(context.Context, *GetSchedulingWeightsRequest) (*GetSchedulingWeightsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSchedulingWeights not implemented")
+}
+func (UnimplementedDecisionServiceServer) FilterNodes(context.Context, *FilterNodesRequest) (*FilterNodesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FilterNodes not implemented")
 }
 func (UnimplementedDecisionServiceServer) mustEmbedUnimplementedDecisionServiceServer() {}
 func (UnimplementedDecisionServiceServer) testEmbeddedByValue()                         {}
@@ -154,6 +179,24 @@ func _DecisionService_GetSchedulingWeights_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DecisionService_FilterNodes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FilterNodesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DecisionServiceServer).FilterNodes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DecisionService_FilterNodes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DecisionServiceServer).FilterNodes(ctx, req.(*FilterNodesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DecisionService_ServiceDesc is the grpc.ServiceDesc for DecisionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -168,6 +211,10 @@ var DecisionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSchedulingWeights",
 			Handler:    _DecisionService_GetSchedulingWeights_Handler,
+		},
+		{
+			MethodName: "FilterNodes",
+			Handler:    _DecisionService_FilterNodes_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

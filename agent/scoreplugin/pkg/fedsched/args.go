@@ -84,6 +84,11 @@ type Args struct {
 	Fallback string `json:"fallback,omitempty"`
 	// Normalization of the policy's scores: "None" (default) or "MinMax".
 	Normalization string `json:"normalization,omitempty"`
+	// SafetyFilter: refuse at Filter the nodes the agent's safety filter refuses (FilterNodes,
+	// asked once per pod in PreFilter under Deadline: a node above the hard measured-CPU or
+	// memory limit, cordoned or NotReady in the agent's cache, excluded, ...). Default true.
+	// Fails open: without an answer in time every node passes this plugin's Filter.
+	SafetyFilter *bool `json:"safetyFilter,omitempty"`
 }
 
 // TLSArgs are the PEM files of mutual TLS with the agent (e.g. from `fedsched certs`): the CA
@@ -127,8 +132,12 @@ func DecodeArgs(obj runtime.Object) (*Args, error) {
 }
 
 // SetDefaults fills the fields the Args leave out (Deadline, Mode, Fallback, Normalization,
-// TLS.ServerName).
+// SafetyFilter, TLS.ServerName).
 func SetDefaults(a *Args) {
+	if a.SafetyFilter == nil {
+		on := true
+		a.SafetyFilter = &on
+	}
 	if a.Deadline == nil {
 		a.Deadline = &metav1.Duration{Duration: DefaultDeadline}
 	}
@@ -215,6 +224,9 @@ func ValidateArgs(a *Args) error {
 	return nil
 }
 
+// safetyFilter is SafetyFilter, true when left out.
+func (a *Args) safetyFilter() bool { return a.SafetyFilter == nil || *a.SafetyFilter }
+
 // String is the Args as JSON (for logs).
 func (a *Args) String() string {
 	b, err := json.Marshal(a)
@@ -234,6 +246,10 @@ func (a *Args) DeepCopyInto(out *Args) {
 	if a.TLS != nil {
 		t := *a.TLS
 		out.TLS = &t
+	}
+	if a.SafetyFilter != nil {
+		f := *a.SafetyFilter
+		out.SafetyFilter = &f
 	}
 }
 

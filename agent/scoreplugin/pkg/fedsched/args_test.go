@@ -16,6 +16,8 @@ func unknown(raw, contentType string) *runtime.Unknown {
 }
 
 func TestDecodeArgs(t *testing.T) {
+	on, off := new(bool), new(bool)
+	*on = true
 	tls := func(server string) *TLSArgs {
 		return &TLSArgs{CAFile: "/ca.crt", CertFile: "/tls.crt", KeyFile: "/tls.key", ServerName: server}
 	}
@@ -28,7 +30,7 @@ func TestDecodeArgs(t *testing.T) {
 		name: "JSON with defaults",
 		obj:  unknown(`{"address":"agent.fedsched:9443","tls":{"caFile":"/ca.crt","certFile":"/tls.crt","keyFile":"/tls.key"}}`, runtime.ContentTypeJSON),
 		want: &Args{Address: "agent.fedsched:9443", Deadline: &metav1.Duration{Duration: 50 * time.Millisecond},
-			Mode: ModeScores, TLS: tls("agent.fedsched"), Fallback: FallbackLeastAllocated, Normalization: NormalizeNone},
+			Mode: ModeScores, TLS: tls("agent.fedsched"), Fallback: FallbackLeastAllocated, Normalization: NormalizeNone, SafetyFilter: on},
 	}, {
 		name: "YAML, every field",
 		obj: unknown(`
@@ -39,22 +41,23 @@ deadline: 20ms
 mode: weights
 fallback: Neutral
 normalization: MinMax
+safetyFilter: false
 tls: {caFile: /ca.crt, certFile: /tls.crt, keyFile: /tls.key, serverName: fedsched-agent}
 `, runtime.ContentTypeYAML),
 		want: &Args{TypeMeta: metav1.TypeMeta{APIVersion: "fedsched.dev/v1", Kind: "FedschedScoreArgs"},
 			Address: "dns:///agent:9443", Deadline: &metav1.Duration{Duration: 20 * time.Millisecond},
-			Mode: ModeWeights, TLS: tls("fedsched-agent"), Fallback: FallbackNeutral, Normalization: NormalizeMinMax},
+			Mode: ModeWeights, TLS: tls("fedsched-agent"), Fallback: FallbackNeutral, Normalization: NormalizeMinMax, SafetyFilter: off},
 	}, {
 		name: "empty content type is JSON; insecure",
 		obj:  unknown(`{"address":"127.0.0.1:50051","insecure":true}`, ""),
 		want: &Args{Address: "127.0.0.1:50051", Deadline: &metav1.Duration{Duration: DefaultDeadline}, Mode: ModeScores,
-			Insecure: true, Fallback: FallbackLeastAllocated, Normalization: NormalizeNone},
+			Insecure: true, Fallback: FallbackLeastAllocated, Normalization: NormalizeNone, SafetyFilter: on},
 	}, {
 		name: "typed args",
 		obj:  &Args{Address: "[::1]:7000", TLS: &TLSArgs{CAFile: "a", CertFile: "b", KeyFile: "c"}},
 		want: &Args{Address: "[::1]:7000", Deadline: &metav1.Duration{Duration: DefaultDeadline}, Mode: ModeScores,
 			TLS: &TLSArgs{CAFile: "a", CertFile: "b", KeyFile: "c", ServerName: "::1"}, Fallback: FallbackLeastAllocated,
-			Normalization: NormalizeNone},
+			Normalization: NormalizeNone, SafetyFilter: on},
 	}, {
 		name:    "no args at all",
 		obj:     nil,
@@ -91,6 +94,10 @@ tls: {caFile: /ca.crt, certFile: /tls.crt, keyFile: /tls.key, serverName: fedsch
 		name:    "no server name to default from",
 		obj:     unknown(`{"address":"unix:///run/fedsched.sock","tls":{"caFile":"a","certFile":"b","keyFile":"c"}}`, ""),
 		wantErr: []string{"tls.serverName: Required"},
+	}, {
+		name:    "safetyFilter not a boolean",
+		obj:     unknown(`{"address":"a:1","insecure":true,"safetyFilter":"yes"}`, ""),
+		wantErr: []string{"decoding FedschedScore args"},
 	}, {
 		name:    "unsupported content type",
 		obj:     unknown(`{}`, "application/vnd.kubernetes.protobuf"),
@@ -181,7 +188,7 @@ func TestExampleConfig(t *testing.T) {
 	if found == nil {
 		t.Fatalf("no pluginConfig for %s", Name)
 	}
-	if found.Mode != ModeScores || found.Deadline.Duration != 50*time.Millisecond ||
+	if found.Mode != ModeScores || found.Deadline.Duration != 50*time.Millisecond || !found.safetyFilter() ||
 		found.TLS == nil || found.TLS.ServerName != "fedsched-agent.fedsched-system.svc" {
 		t.Errorf("example args decoded as %s", found)
 	}

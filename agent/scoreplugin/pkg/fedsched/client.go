@@ -1,6 +1,7 @@
 package fedsched
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -45,6 +47,25 @@ func dial(a *Args) (*grpc.ClientConn, error) {
 	}
 	conn.Connect()
 	return conn, nil
+}
+
+// keepConnected connects again at once whenever the connection goes idle (the agent sends GOAWAY
+// to a connection without an RPC for its --grpc-idle-timeout), so the next pod finds it ready
+// instead of paying the handshake inside its deadline. It returns when ctx ends or the connection
+// is closed.
+func keepConnected(ctx context.Context, conn *grpc.ClientConn) {
+	for {
+		s := conn.GetState()
+		switch s {
+		case connectivity.Shutdown:
+			return
+		case connectivity.Idle:
+			conn.Connect()
+		}
+		if !conn.WaitForStateChange(ctx, s) {
+			return
+		}
+	}
 }
 
 // clientTLSConfig is the mutual TLS configuration: the agent's certificate must chain to the

@@ -9,7 +9,8 @@ import (
 
 // Metrics on kube-scheduler's own /metrics endpoint (legacyregistry), one series per result:
 //
-//	fedsched_score_plugin_requests_total{mode, result}   result: ok, or the fallback reason
+//	fedsched_score_plugin_requests_total{mode, result}   mode: scores, weights, or filter (PreFilter's
+//	                                                     FilterNodes); result: ok, or the fallback reason
 //	fedsched_score_plugin_request_duration_seconds{mode} the RPC's round trip
 var (
 	requestsTotal = metrics.NewCounterVec(&metrics.CounterOpts{

@@ -6,7 +6,12 @@
 // strict deadline; Score reads the answer from the CycleState. A failed, late or malformed
 // answer never fails the pod's cycle: the pod is scored by a static fallback (kube's
 // LeastAllocated formula, or neutrally) and the reason is logged at verbosity 4 and counted in
-// fedsched_score_plugin_requests_total. See README.md.
+// fedsched_score_plugin_requests_total.
+//
+// In PreFilter it asks the agent's safety filter (FilterNodes, the extender's filter rule on the
+// same agent state: a node above the hard measured-CPU limit never gets the pod) and Filter
+// refuses the nodes it refused; without an answer in time every node passes (filter.go). See
+// README.md.
 package fedsched
 
 import (
@@ -48,16 +53,19 @@ const (
 	reasonNoPreScore         = "no-prescore"         // Score ran without PreScore (not enabled)
 )
 
-// Plugin is the fedsched Score plugin (PreScore, Score, NormalizeScore).
+// Plugin is the fedsched Score plugin (PreFilter, Filter, PreScore, Score, NormalizeScore).
 type Plugin struct {
-	args    *Args
-	conn    *grpc.ClientConn
-	client  decisionpb.DecisionServiceClient
-	failing atomic.Bool // the last RPC failed: log the transitions at verbosity 2
-	unknown sync.Once   // the first answer with weight terms the plugin does not compute
+	args          *Args
+	conn          *grpc.ClientConn
+	client        decisionpb.DecisionServiceClient
+	failing       atomic.Bool // the last scoring RPC failed: log the transitions at verbosity 2
+	filterFailing atomic.Bool // the same for FilterNodes
+	unknown       sync.Once   // the first answer with weight terms the plugin does not compute
 }
 
 var (
+	_ fwk.PreFilterPlugin  = &Plugin{}
+	_ fwk.FilterPlugin     = &Plugin{}
 	_ fwk.PreScorePlugin   = &Plugin{}
 	_ fwk.ScorePlugin      = &Plugin{}
 	_ fwk.ScoreExtensions  = &Plugin{}
@@ -84,6 +92,7 @@ func NewWithArgs(ctx context.Context, args *Args) (*Plugin, error) {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	registerMetrics()
+	go keepConnected(ctx, conn)
 	klog.FromContext(ctx).V(2).Info("fedsched score plugin configured", "args", args.String())
 	return &Plugin{args: args, conn: conn, client: decisionpb.NewDecisionServiceClient(conn)}, nil
 }

@@ -37,14 +37,17 @@ type fakeAgent struct {
 	decisionpb.UnimplementedDecisionServiceServer
 
 	delay   time.Duration
-	err     error                                        // returned by both RPCs when set
+	err     error                                        // returned by both scoring RPCs when set
 	scores  func(names []string) []*decisionpb.NodeScore // ScoreNodes' answer
 	weights map[string]float64                           // GetSchedulingWeights' answer
+	refused func(names []string) []*decisionpb.NodeRefusal
+	// FilterNodes' answer (nil: UNIMPLEMENTED, as an agent older than the RPC answers)
 
-	mu    sync.Mutex
-	calls int
-	pods  []map[string]any // the pod_json of each request, decoded
-	names [][]string
+	mu          sync.Mutex
+	calls       int
+	filterCalls int
+	pods        []map[string]any // the pod_json of each scoring request, decoded
+	names       [][]string
 }
 
 func (f *fakeAgent) record(podJSON []byte, names []string) error {
@@ -96,6 +99,23 @@ func (f *fakeAgent) GetSchedulingWeights(ctx context.Context, req *decisionpb.Ge
 		return nil, f.err
 	}
 	return &decisionpb.GetSchedulingWeightsResponse{Weights: f.weights, ModelVersion: "test"}, nil
+}
+
+func (f *fakeAgent) FilterNodes(ctx context.Context, req *decisionpb.FilterNodesRequest) (*decisionpb.FilterNodesResponse, error) {
+	f.mu.Lock()
+	f.filterCalls++
+	f.mu.Unlock()
+	var pod map[string]any
+	if err := json.Unmarshal(req.GetPodJson(), &pod); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "pod_json: %v", err)
+	}
+	if err := f.wait(ctx); err != nil {
+		return nil, err
+	}
+	if f.refused == nil {
+		return f.UnimplementedDecisionServiceServer.FilterNodes(ctx, req)
+	}
+	return &decisionpb.FilterNodesResponse{Refused: f.refused(req.GetNodeNames())}, nil
 }
 
 // rankScores gives the i-th candidate 100 - 10*i.
