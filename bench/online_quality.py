@@ -68,10 +68,10 @@ from fedsched.common.model.metrics import HIGHER_IS_BETTER, LEGACY_COUNTERS, TRO
 from fedsched.common.model.traces import split_by_hash
 from fedsched.common.schedulers import BASELINES, LEARNED, LEARNED_ONLINE, LEARNED_TD3, SchedulerContext
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate, make_policy
-from fedsched.common.sim.paired import TROUBLE
+from fedsched.common.sim.paired import TROUBLE, paired_against
 from fedsched.common.sim.replay import ReplayConfig, replay_workload
 from fedsched.common.sim.replay.oracle import ORACLE
-from fedsched.common.sim.scenarios import SCENARIOS, TEST_FRACTION, Scenario, build
+from fedsched.common.sim.scenarios import HELDOUT, SCENARIOS, TEST_FRACTION, Scenario, build
 
 HEURISTICS = [
     "kube-default", "target-load-packing", "load-variation-risk-balancing", "koordinator-load-aware",
@@ -255,21 +255,92 @@ def paired_table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+GOAL_MARGIN = 0.10  # trouble score below the best heuristic's, interval clear
+GOAL_HOT_RATIO = 0.8  # hot CPU node-time against the best heuristic's
+GUARDRAILS = ("oom_kills_per_1k_starts", "throttled_cpu_core_s", "failed_pods", "pending_p99_s")
+
+
+def best_heuristic(res: dict[str, Any]) -> str:
+    """The heuristic with the lowest mean paired trouble score against kube-default (which
+    scores 0 against itself): the scheduler a learned policy has to beat on this scenario."""
+    paired = res.get("paired", {})
+    scores = {h: (0.0 if h == res.get("reference") else paired[h][TROUBLE]["mean"])
+              for h in HEURISTICS if h == res.get("reference") or h in paired}
+    return min(scores, key=lambda h: scores[h])
+
+
+def learning_goals(res: dict[str, Any]) -> dict[str, Any]:
+    """Every learned policy (and the oracle) against the scenario's best heuristic, seed by seed
+    on the same runs: its trouble score's difference (goal: at most -``GOAL_MARGIN``, the 95%
+    interval's upper end below it), its hot CPU node-time ratio ``exp(mean log ratio)`` (goal:
+    at most ``GOAL_HOT_RATIO``), and the guardrails against kube-default (no metric of
+    ``GUARDRAILS`` significantly worse: OOM kills, throttling and failed pods in log ratio,
+    pending p99 as a difference)."""
+    runs, paired = res.get("runs", {}), res.get("paired", {})
+    if not paired or "reference" not in res:
+        return {}
+    best = best_heuristic(res)
+    against = paired_against(runs, best)
+    out: dict[str, Any] = {"best_heuristic": best, "policies": {}}
+    for p in against:
+        if p in HEURISTICS or p == "prefer-hot":
+            continue
+        t = against[p][TROUBLE]
+        hot = against[p]["log_ratio"]["hot_cpu_node_s"]
+        worse = []
+        kd = paired.get(p, {})
+        for m in GUARDRAILS:
+            fig = kd.get("log_ratio", {}).get(m) or kd.get("diff", {}).get(m)
+            if fig is not None and fig["verdict"] == "worse":
+                worse.append(m)
+        out["policies"][p] = {
+            "trouble_vs_best": {k: t[k] for k in ("mean", "ci95", "n", "verdict")},
+            "trouble_goal_met": bool(t["n"] >= 2 and t["mean"] + t["ci95"] <= -GOAL_MARGIN),
+            "hot_ratio_vs_best": math.exp(hot["mean"]),
+            "hot_ratio_interval": [math.exp(hot["mean"] - hot["ci95"]), math.exp(hot["mean"] + hot["ci95"])],
+            "hot_goal_met": bool(math.exp(hot["mean"]) <= GOAL_HOT_RATIO),
+            "guardrails_worse": worse,
+        }
+    return out
+
+
+def goals_table(goals: dict[str, Any]) -> str:
+    if not goals:
+        return ""
+    lines = [f"against the best heuristic ({goals['best_heuristic']}), same seeds: trouble score difference "
+             f"(goal <= -{GOAL_MARGIN:.2f}, interval clear), hot CPU node-time ratio (goal <= "
+             f"{GOAL_HOT_RATIO}), guardrails against kube-default ({', '.join(GUARDRAILS)})"]
+    for p, g in goals["policies"].items():
+        t = g["trouble_vs_best"]
+        lo, hi = g["hot_ratio_interval"]
+        rails = "all held" if not g["guardrails_worse"] else "WORSE: " + ", ".join(g["guardrails_worse"])
+        lines.append(f"  {p}: trouble {t['mean']:+.3f} ± {t['ci95']:.3f} "
+                     f"({'met' if g['trouble_goal_met'] else 'missed'}); "
+                     f"hot CPU x{g['hot_ratio_vs_best']:.2f} [{lo:.2f}, {hi:.2f}] "
+                     f"({'met' if g['hot_goal_met'] else 'missed'}); guardrails {rails}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3 seeds and the smaller scenario variants")
     ap.add_argument("--seeds", type=int, default=None,
                     help="seeds per scheduler (default: the scenario's, 8-20; 3 with --quick)")
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated scenario names")
+    ap.add_argument("--scenarios", default=None,
+                    help=f"comma-separated scenario names (default: all of {', '.join(SCENARIOS)}; with "
+                         f"--heldout all of {', '.join(HELDOUT)})")
+    ap.add_argument("--heldout", action="store_true",
+                    help="the scenarios outside the online policy's training ranges (HELDOUT)")
     ap.add_argument("--policies", default=",".join(POLICIES),
                     help="comma-separated schedulers (default: all)")
     ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPU count)")
     ap.add_argument("--json", dest="json_out", help="write every run and the aggregates here")
     args = ap.parse_args(argv)
-    names = [s for s in args.scenarios.split(",") if s]
-    unknown = [s for s in names if s not in SCENARIOS]
+    catalogue = HELDOUT if args.heldout else SCENARIOS
+    names = [s for s in (args.scenarios or ",".join(catalogue)).split(",") if s]
+    unknown = [s for s in names if s not in catalogue]
     if unknown:
-        ap.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
+        ap.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(catalogue)}")
     policies = [p for p in args.policies.split(",") if p]
     for p in policies:  # learned policies (checkpoints) are welcome too: any name evaluate takes
         try:
@@ -281,12 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     jobs = args.jobs or os.cpu_count() or 1
     t_all = time.time()
     out: dict[str, Any] = {
-        "benchmark": "online_quality", "quick": args.quick, "policies": policies,
+        "benchmark": "online_quality", "quick": args.quick, "heldout": args.heldout, "policies": policies,
         "heuristics": HEURISTICS, "provenance": {**git_commit(), "machine": machine()},
         "scenarios": {},
     }
     for name in names:
-        sc = SCENARIOS[name]
+        sc = catalogue[name]
         spec = build(sc, args.quick)
         n_seeds = args.seeds if args.seeds is not None else (3 if args.quick else sc.seeds)
         spec.policies, spec.seeds = policies, list(range(42, 42 + n_seeds))
@@ -305,11 +376,13 @@ def main(argv: list[str] | None = None) -> int:
         res = evaluate(spec, jobs=jobs, progress=progress)
         res.pop("curves", None)
         wall = time.time() - t0
-        print(table(name, res, info) + "\n" + paired_table(res) + f"\n({wall:.0f} s)\n", flush=True)
+        goals = learning_goals(res)
+        print(table(name, res, info) + "\n" + paired_table(res) + "\n" + goals_table(goals)
+              + f"\n({wall:.0f} s)\n", flush=True)
         kube = res["policies"].get("kube-default", {}).get("hot_cpu_node_s", {}).get("mean", math.nan)
         out["scenarios"][name] = {
             "parameters": info, "wall_s": wall, "result": res, "oracle_gap": gaps(res),
-            "acceptance": acceptance(res),
+            "acceptance": acceptance(res), "learning_goals": goals,
             "kube_default_hot_cpu_node_h": kube / 3600.0,
             "kube_default_hot_cpu_share_pct": 100.0 * kube / (info["nodes"] * info["span_s"]),
         }

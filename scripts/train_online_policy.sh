@@ -9,7 +9,11 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 out=${1:-runs/online-policy}
+# --scale small --credit-weights fixed --workers 1 --no-size-buckets: the recipe online.pt was
+# trained with (the module's defaults train at realistic scale with trouble-priced credit, which
+# measured worse on the roll-out gate's validation clusters: see common/data/policies/README.md).
 python -m fedsched.agent.learning.online --out "$out" --method credit --samples 80000 --epochs 10 \
-  --clusters-per-profile 4 --target-loads 0.85,0.95,1.0 --seed 1
+  --clusters-per-profile 4 --target-loads 0.85,0.95,1.0 --seed 1 \
+  --scale small --credit-weights fixed --workers 1 --no-size-buckets
 cp "$out/checkpoint.pt" common/data/policies/online.pt
 echo "wrote common/data/policies/online.pt"

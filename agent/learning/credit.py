@@ -13,7 +13,17 @@ node-scoring network is fitted so that its logit of the chosen node regresses on
     target = -log(1 - credit) + tie_weight * kube_default_score / 100
 
 (mean squared error on the chosen node only; the logits of the other candidates are left to
-generalisation; the log compresses the heavy tail of the credit, whose order it keeps). Acting
+generalisation; the log compresses the heavy tail of the credit, whose order it keeps).
+
+What a unit of trouble costs (:func:`trouble_weights`). The benchmark judges a scheduler by
+the trouble score, the mean log ratio of its hot CPU node-time, throttled CPU, OOM kills and
+failed pods to kube-default's. To first order a decision moves it by ``dx / (x_kd + s)`` per
+metric, so a hot node-minute, a throttled core-minute and an OOM kill are priced per cluster
+from a kube-default run of that cluster: on small edge nodes, where throttling is rare, a
+throttled core-minute costs about forty hot node-minutes; on GPU nodes whose CPU-side work
+throttles all the time, a tenth of one. The credit is then the decision's share of its
+cluster's trouble score (times the decisions of the run), and the regression learns the
+score the policy is judged on rather than a fixed mix of its terms. Acting
 greedily on the logits then picks the node with the least predicted cost, and between nodes
 whose predicted costs differ by less than about ``tie_weight`` it spreads as kube-default does
 (a pessimism margin against the noise of the predictions), so a calm cluster is scheduled
@@ -34,7 +44,7 @@ proximal term (``proximal_mu`` with an ``anchor``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,6 +85,9 @@ class CreditConfig:
     warmup: int = 0
     """decisions at the start of every episode taken under the behaviour policy but not
     collected (a replay starts from an empty cluster: its first decisions meet no trouble)"""
+    size_buckets: bool = True
+    """minibatches of decisions with similar candidate counts (:func:`size_bucketed_batches`);
+    False: plain random minibatches (the first online policy's fit)"""
 
 
 @dataclass
@@ -142,6 +155,31 @@ def collect_credited(envs: Sequence[SchedulingEnv], behaviours: Sequence[Schedul
     return out[:cfg.samples]
 
 
+def trouble_weights(reference: Mapping[str, float], decisions: int, starts: float) -> dict[str, float]:
+    """Node-credit weights (``RewardConfig.node_hot`` per hot node-minute, ``node_throttled``
+    per throttled core-minute, ``node_oom`` per OOM kill) under which a decision's credit is its
+    share of the trouble score, times the ``decisions`` of the run.
+
+    The trouble score (``fedsched.common.model.metrics.trouble_score``) is the mean over its
+    metrics of ``log((x + s) / (x_ref + s))``; to first order a decision that adds ``dx`` to a
+    metric moves it by ``dx / (4 (x_ref + s))``. ``reference`` holds kube-default's figures on
+    the same cluster, so the weights price a hot node-minute, a throttled core-minute and an OOM
+    kill as the benchmark does on *this* cluster: where throttling is rare (small edge nodes) a
+    throttled core-minute costs far more than a hot node-minute; where it is everywhere (GPU
+    nodes' CPU-side work) far less. Fixed weights price them alike everywhere. Failed pods have
+    no per-decision credit (their term is left to the tie with kube-default)."""
+    from fedsched.common.model.metrics import TROUBLE_SMOOTHING as S
+
+    n = len(S)
+    scale = max(decisions, 1) / n
+    per_kill = 1000.0 / max(starts, 1.0)  # one kill's share of OOM kills per 1,000 starts
+    return {"node_hot": scale * 60.0 / (float(reference["hot_cpu_node_s"]) + S["hot_cpu_node_s"]),
+            "node_throttled": scale * 60.0 / (float(reference["throttled_cpu_core_s"])
+                                              + S["throttled_cpu_core_s"]),
+            "node_oom": scale * per_kill / (float(reference["oom_kills_per_1k_starts"])
+                                            + S["oom_kills_per_1k_starts"])}
+
+
 def targets(data: Sequence[Credited], tie_weight: float) -> np.ndarray:
     """``-log1p(-credit) + tie_weight * tie``: the log compresses the credit's heavy tail (one
     node throttled for hours would otherwise dominate the squared error) and keeps its order."""
@@ -205,6 +243,24 @@ def credited_from_log(records: Sequence, weights: RewardConfig | None = None) ->
     return out
 
 
+def size_bucketed_batches(sizes: np.ndarray, batch_size: int, rng: np.random.Generator,
+                          pool: int = 32) -> list[np.ndarray]:
+    """Minibatches of a random epoch whose decisions have similar candidate counts: the data
+    is shuffled, cut into pools of ``pool`` batches, each pool sorted by size and cut into
+    batches, and the batches shuffled. A batch pads to its largest decision, so mixing 10- and
+    300-node clusters at random would spend most of the work on padding; the pools keep the
+    batches' content random otherwise."""
+    perm = rng.permutation(len(sizes))
+    batches: list[np.ndarray] = []
+    step = batch_size * pool
+    for start in range(0, len(perm), step):
+        chunk = perm[start:start + step]
+        chunk = chunk[np.argsort(sizes[chunk], kind="stable")]
+        batches.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
+    order = rng.permutation(len(batches))
+    return [batches[i] for i in order]
+
+
 def fit_credit(policy: torch.nn.Module, data: Sequence[Credited], cfg: CreditConfig,
                on_epoch: Callable[[dict[str, float]], None] | None = None,
                anchor: dict[str, torch.Tensor] | None = None, proximal_mu: float = 0.0) -> dict[str, float]:
@@ -223,12 +279,16 @@ def fit_credit(policy: torch.nn.Module, data: Sequence[Credited], cfg: CreditCon
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
     stats: dict[str, float] = {}
     policy.train()
+    sizes = np.array([len(d.nodes) for d in decisions], dtype=np.int64)
     for epoch in range(cfg.epochs):
         t0 = time.perf_counter()
-        perm = rng.permutation(len(data))
         losses = []
-        for start in range(0, len(perm), cfg.batch_size):
-            idx = perm[start:start + cfg.batch_size]
+        if cfg.size_buckets:
+            batches = size_bucketed_batches(sizes, cfg.batch_size, rng)
+        else:
+            perm = rng.permutation(len(data))
+            batches = [perm[i:i + cfg.batch_size] for i in range(0, len(perm), cfg.batch_size)]
+        for idx in batches:
             nodes, pod, ctx, mask, _ = _batch(decisions, idx)
             logits, _ = policy(nodes, pod, ctx, mask)
             pred = logits.gather(1, torch.from_numpy(chosen[idx])[:, None])[:, 0]

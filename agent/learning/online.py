@@ -1,5 +1,6 @@
-"""The online (replay-mode) node-scoring policy: distillation of a privileged teacher on
-several member profiles, then optional PPO fine-tuning.
+"""The online (replay-mode) node-scoring policy: credit regression (``--method credit``,
+``agent/learning/credit.py``) or distillation of a privileged teacher on several member
+profiles, then optional PPO fine-tuning.
 
 Why a privileged teacher. What separates a good online placement from a bad one is the use a
 pod *will* have, which requests do not say (calibrated use is about half the request, with a
@@ -16,10 +17,18 @@ Training data, never the benchmark's: the synthetic member profiles (``web``, ``
 ``edge``) with generator parameters drawn per cluster from broad ranges
 (:func:`profile_parameters`: node count, pod sizes, daily cycle, GPU mix) and seeds ``1000 *
 seed + i`` (``bench/online_quality.py`` uses fixed parameter points and seed 7), and openb
-node slices of 40-100 nodes (slice seeds ``1000 * seed + i``), each replayed on the *train*
-part of its pods (the hash split every evaluation shares:
-``bench/online_quality.py`` replays the test part), at requested loads drawn from
-``target_loads`` per environment, so the policy sees light and heavy clusters.
+node slices (slice seeds ``1000 * seed + i``), each replayed on the *train* part of its pods
+(the hash split every evaluation shares: ``bench/online_quality.py`` replays the test part), at
+requested loads drawn from ``target_loads`` per environment, so the policy sees light and heavy
+clusters. ``--scale realistic`` (the default) draws clusters as large as the served ones (web
+30-320 nodes, gpu 20-160, edge 10-80, openb slices 60-300) with the daily peak inside each
+episode; ``--scale small`` the 5-30-node clusters of the shipped ``online.pt``.
+
+Credit collection runs in ``--workers`` processes (or Ray tasks with ``--engine ray``, on this
+machine or the Ray cluster ``RAY_ADDRESS`` names), each stepping its share of the environments;
+``--data FILE`` keeps the collected decisions so that another fit (``--tie-weights``) needs no
+new collection. ``--credit-weights trouble`` (the default) prices each environment's node
+credit as the trouble score does on that cluster (``credit.trouble_weights``).
 
     python -m fedsched.agent.learning.online --out runs/online-policy [--samples N] ...
 
@@ -34,8 +43,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +78,8 @@ from fedsched.common.sim.replay import ReplayConfig, run_replay
 from fedsched.common.sim.replay.oracle import ORACLE
 
 PROFILES = ("web", "gpu", "edge", "openb")
+MAX_EPISODE_PODS = 30_000  # a realistic training cluster's pods per episode (its train part: 60%)
+PEAK_HOUR = "peak_hour"  # profile_parameters' key: hour of the online classes' daily peak (replay)
 OPENB_REPLAY = {"start_quantile": 0.01, "time_compression": 10.0, "max_pods": 1200}
 VALIDATION_METRICS = ("hot_cpu_node_s", "throttled_cpu_core_s", "oom_kills_per_1k_starts",
                       "pending_p99_s", "failed_pods")
@@ -105,47 +118,112 @@ class OnlineRecipe:
         learning_rate=5e-5, num_steps=128, critic_warmup=4, ent_coef=0.001, gamma=0.9, seed=1))
     """PPO settings of the fine-tuning (total_steps is set from ppo_steps)"""
     reward: RewardConfig = field(default_factory=lambda: RewardConfig(node_horizon_s=1800.0))
-    """reward of the fine-tuning environments (node credit over a 30-minute horizon)"""
+    """reward of the credit and fine-tuning environments (node credit over a 30-minute horizon)"""
+    credit_weights: str = "trouble"
+    """credit: trouble (each environment's node-credit weights price a hot node-minute, a
+    throttled core-minute and an OOM kill as the trouble score does on that cluster, from a
+    kube-default run of it: ``credit.trouble_weights``) or fixed (``reward``'s weights everywhere)"""
+    scale: str = "realistic"
+    """training and validation cluster sizes (``profile_parameters``): realistic or small"""
+    tie_weights: tuple[float, ...] = (0.3,)
+    """credit: the regression's tie weights (``CreditConfig.tie_weight``) to fit; with more than
+    one, each is fitted on the same decisions and the best on the validation clusters is kept"""
+    engine: str = "processes"
+    """credit collection: processes (this machine) or ray (Ray tasks, as Flower's simulation runs
+    its members: this machine, or a Ray cluster through ``RAY_ADDRESS``)"""
+    workers: int = 1
+    """processes collecting credited decisions in parallel (each steps its share of the
+    environments); 1: in this process"""
     test_fraction: float = 0.3
     """hash split: the test part (never used here)"""
     val_fraction: float = 0.1
     """hash split: the validation part"""
 
 
-def profile_parameters(profile: str, rng: np.random.Generator) -> dict[str, Any]:
+def profile_parameters(profile: str, rng: np.random.Generator, scale: str = "realistic") -> dict[str, Any]:
     """Randomised generator parameters of one training cluster (domain randomisation over
     broad ranges, so the policy meets small and large clusters, small and large pods, calm
-    and cyclic arrivals; no range is centred on a benchmark scenario)."""
+    and cyclic arrivals; no range is centred on a benchmark scenario).
+
+    ``scale="realistic"``: node counts drawn log-uniformly over an order of magnitude (web
+    30-320, gpu 20-160, edge 10-80, openb slices of 60-300 nodes) and arrivals per node and
+    hour drawn broadly, so a training cluster is as large and as busy as the clusters the
+    policy serves (hot nodes are rare events on a small cluster, and the load signals of a
+    200-node cluster are not a 10-node one's); episodes span a few hours of that traffic.
+    The daily cycle's phase is drawn too (``PEAK_HOUR``: the online classes' use, and web
+    arrivals, peak somewhere inside the episode; the usage model's default puts it at 14:00).
+    ``scale="small"``: the 5-30-node clusters of the first online policy."""
     u = rng.uniform
+    if scale not in ("realistic", "small"):
+        raise ValueError(f"unknown training scale {scale!r}: expected realistic or small")
+    if scale == "small":
+        if profile == "web":
+            return {"n_nodes": int(rng.integers(6, 31)), "n_pods": 2000, "trace_hours": 24.0,
+                    "cpu_median_milli": float(u(250, 1500)),
+                    "cpu_max_milli": int(rng.choice([4000, 8000, 16000])),
+                    "diurnal_amplitude": float(u(0.0, 0.5))}
+        if profile == "gpu":
+            return {"n_nodes": int(rng.integers(8, 31)), "n_pods": 800, "trace_hours": 24.0,
+                    "cpu_pod_fraction": float(u(0.05, 0.5)), "share_fraction": float(u(0.1, 0.45)),
+                    "cores_per_gpu_median": float(u(3.0, 12.0)),
+                    "cpu_pod_cpu_median_milli": float(u(2000, 12000))}
+        if profile == "edge":
+            return {"n_nodes": int(rng.integers(5, 16)), "n_pods": 1000, "trace_hours": 8.0,
+                    "gpu_node_fraction": float(rng.choice([0.0, 0.3])),
+                    "cpu_median_milli": float(u(250, 1000)),
+                    "cpu_max_milli": int(rng.choice([2000, 3000, 4000]))}
+        return {"slice": int(rng.integers(40, 101))}
+
+    def log_uniform(lo: float, hi: float) -> int:
+        return round(math.exp(u(math.log(lo), math.log(hi))))
+
+    def sized(n_nodes: int, per_node_hour: tuple[float, float], hours: tuple[float, float]) -> dict[str, Any]:
+        h = float(u(*hours))
+        # where the online classes' daily use peaks: inside the episode (a few hours of a day
+        # that starts at midnight would never reach the usage model's afternoon peak)
+        return {"n_nodes": n_nodes, "trace_hours": h, PEAK_HOUR: float(u(0.25, 0.85) * h),
+                "n_pods": int(np.clip(n_nodes * h * u(*per_node_hour), 200, MAX_EPISODE_PODS))}
+
     if profile == "web":
-        return {"n_nodes": int(rng.integers(6, 31)), "n_pods": 2000, "trace_hours": 24.0,
+        return {**sized(log_uniform(30, 320), (8.0, 40.0), (4.0, 10.0)),
                 "cpu_median_milli": float(u(250, 1500)),
                 "cpu_max_milli": int(rng.choice([4000, 8000, 16000])),
                 "diurnal_amplitude": float(u(0.0, 0.5))}
     if profile == "gpu":
-        return {"n_nodes": int(rng.integers(8, 31)), "n_pods": 800, "trace_hours": 24.0,
+        return {**sized(log_uniform(20, 160), (2.0, 8.0), (8.0, 24.0)),
                 "cpu_pod_fraction": float(u(0.05, 0.5)), "share_fraction": float(u(0.1, 0.45)),
                 "cores_per_gpu_median": float(u(3.0, 12.0)),
                 "cpu_pod_cpu_median_milli": float(u(2000, 12000))}
     if profile == "edge":
-        return {"n_nodes": int(rng.integers(5, 16)), "n_pods": 1000, "trace_hours": 8.0,
+        return {**sized(log_uniform(10, 80), (10.0, 50.0), (3.0, 8.0)),
                 "gpu_node_fraction": float(rng.choice([0.0, 0.3])), "cpu_median_milli": float(u(250, 1000)),
                 "cpu_max_milli": int(rng.choice([2000, 3000, 4000]))}
-    return {"slice": int(rng.integers(40, 101))}
+    return {"slice": log_uniform(60, 300)}
 
 
-def profile_cluster(profile: str, seed: int) -> tuple[NodeTable, PodTable, dict[str, Any]]:
+def profile_cluster(profile: str, seed: int,
+                    scale: str = "realistic") -> tuple[NodeTable, PodTable, dict[str, Any]]:
     """A training or validation cluster of ``profile``: randomised parameters drawn from
     ``seed`` (:func:`profile_parameters`), the generator (or the openb slice) seeded with it,
     and its replay options."""
-    params = profile_parameters(profile, np.random.default_rng([seed, len(profile)]))
+    params = profile_parameters(profile, np.random.default_rng([seed, len(profile)]), scale)
     if profile == "openb":
         all_nodes = load_nodes(builtin_trace("openb_node_list_all_node.csv"))
         nodes = slice_cluster(all_nodes, params["slice"], seed)
         pods = fits_somewhere(load_pods(builtin_trace("openb_pod_list_default.csv"), all_nodes), nodes)
-        return nodes, pods, dict(OPENB_REPLAY)
+        replay = dict(OPENB_REPLAY)
+        if scale == "realistic":
+            replay["max_pods"] = 8 * params["slice"]  # about the same pods per node on any slice
+        return nodes, pods, replay
+    peak = params.pop(PEAK_HOUR, None)
+    replay: dict[str, Any] = {}
+    if peak is not None:  # the daily cycle's phase, arrivals (web) and use alike
+        shift = peak - ReplayConfig.usage_peak_hour[1]
+        replay["usage_peak_hour"] = tuple((h + shift) % 24.0 for h in ReplayConfig.usage_peak_hour)
+        if profile == "web":
+            params["diurnal_peak_hour"] = peak
     nodes, pods = generate_cluster(profile, seed, **params)
-    return nodes, pods, {}
+    return nodes, pods, replay
 
 
 def reference_typical(recipe: OnlineRecipe) -> TypicalPods:
@@ -157,15 +235,20 @@ def reference_typical(recipe: OnlineRecipe) -> TypicalPods:
     return openb_typical(recipe.test_fraction, recipe.val_fraction)
 
 
-def build_envs(recipe: OnlineRecipe, typical: TypicalPods,
-               reward: RewardConfig | None = None) -> tuple[list[SchedulingEnv], list[str]]:
-    """The replay training environments (train pods only) and a hash of their data."""
+def build_envs(recipe: OnlineRecipe, typical: TypicalPods, reward: RewardConfig | None = None,
+               only: Sequence[int] | None = None) -> tuple[list[SchedulingEnv], list[str]]:
+    """The replay training environments (train pods only) and a hash of their data; ``only``:
+    just those of these indices (a collection worker's share)."""
     envs: list[tuple[NodeTable, PodTable, dict[str, Any]]] = []
     hashes: list[str] = []
     k = 0
+    keep = None if only is None else set(only)
     for profile in recipe.profiles:
         for i in range(recipe.clusters_per_profile):
-            nodes, pods, replay = profile_cluster(profile, 1000 * recipe.seed + i)
+            if keep is not None and k not in keep:
+                k += 1
+                continue
+            nodes, pods, replay = profile_cluster(profile, 1000 * recipe.seed + i, recipe.scale)
             train, _, _ = split_train_val_test(pods, recipe.test_fraction, recipe.val_fraction)
             replay["target_load"] = recipe.target_loads[k % len(recipe.target_loads)]
             replay["allow_unreachable_load"] = True  # a training cluster may not reach every load
@@ -174,11 +257,92 @@ def build_envs(recipe: OnlineRecipe, typical: TypicalPods,
             hashes.append(data_hash(train))
     n_max = max(len(n) for n, _, _ in envs)
     rw = reward or RewardConfig()
+    indices = sorted(keep) if keep is not None else range(len(envs))
     out = [SchedulingEnv(n, p, typical=typical, config=EnvConfig(mode="replay", max_nodes=n_max, replay=r,
                                                                 reward=rw),
                          seed=recipe.seed * 100 + j)
-           for j, (n, p, r) in enumerate(envs)]
+           for j, (n, p, r) in zip(indices, envs, strict=True)]
     return out, hashes
+
+
+def n_envs(recipe: OnlineRecipe) -> int:
+    return len(recipe.profiles) * recipe.clusters_per_profile
+
+
+def price_trouble(envs: Sequence[SchedulingEnv], typical: TypicalPods) -> list[dict[str, float]]:
+    """Give each node-credit environment the weights of ``credit.trouble_weights``, from one
+    kube-default replay of its cluster (its first episode's seed); returns the weights."""
+    from dataclasses import replace
+
+    from fedsched.agent.learning.credit import trouble_weights
+    from fedsched.common.schedulers.kube_default import KubeDefault
+
+    out = []
+    for env in envs:
+        res = run_replay(env.cluster_nodes, env.pool, KubeDefault(), config=ReplayConfig(**env.cfg.replay),
+                         seed=int(env._seed or 0), typical=typical)
+        w = trouble_weights(res.metrics, int(res.counters["binds"]), float(res.counters["starts"]))
+        env.cfg = replace(env.cfg, reward=replace(env.cfg.reward, **w))
+        out.append(w)
+    return out
+
+
+def _collect_share(recipe: OnlineRecipe, worker: int, indices: list[int], quota: int,
+                   own_process: bool = True) -> list:
+    """One collection worker: build its environments, price them, collect ``quota`` decisions."""
+    import copy
+
+    if own_process:  # a collection process computes nothing in parallel; the fit's process does
+        import torch
+
+        torch.set_num_threads(1)
+    typical = reference_typical(recipe)
+    envs, _ = build_envs(recipe, typical, recipe.reward, only=indices)
+    if recipe.credit_weights == "trouble":
+        price_trouble(envs, typical)
+    behaviours = [make_policy(b, SchedulerContext(rng=np.random.default_rng(recipe.seed + worker)), "replay")
+                  for b in BEHAVIOURS]
+    cfg = copy.deepcopy(recipe.credit)
+    cfg.samples, cfg.seed = quota, recipe.credit.seed + 7919 * worker
+
+    def progress(n: int) -> None:
+        print(f"online credit collect [worker {worker}]: samples={n}/{quota}", file=sys.stderr, flush=True)
+
+    return collect_credited(envs, behaviours, cfg, progress=progress)
+
+
+def collect_parallel(recipe: OnlineRecipe, log: Any) -> list:
+    """Credited decisions from ``recipe.workers`` processes (or Ray tasks with ``engine="ray"``:
+    on this machine, or on the Ray cluster ``RAY_ADDRESS`` names, whose workers need fedsched
+    installed), each stepping its share of the environments (round robin by index) for its share
+    of ``credit.samples``; one process worker runs here. The same recipe gives the same
+    decisions for the same worker count, whichever the engine."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    n = n_envs(recipe)
+    workers = max(1, min(recipe.workers, n))
+    shares = [list(range(w, n, workers)) for w in range(workers)]
+    total = recipe.credit.samples
+    quotas = [total // workers + (w < total % workers) for w in range(workers)]
+    if recipe.engine == "ray":  # Ray (Flower's simulation engine): this machine, or RAY_ADDRESS's cluster
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False, include_dashboard=False)
+        log(f"online credit: {workers} Ray tasks, {n} environments")
+        task = ray.remote(num_cpus=1)(_collect_share)
+        refs = [task.remote(recipe, w, shares[w], quotas[w]) for w in range(workers)]
+        return [c for part in ray.get(refs) for c in part]
+    if workers == 1:
+        return _collect_share(recipe, 0, shares[0], quotas[0], own_process=False)
+    log(f"online credit: {workers} collection processes, {n} environments")
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_collect_share, recipe, w, shares[w], quotas[w]) for w in range(workers)]
+        out: list = []
+        for f in futures:
+            out.extend(f.result())
+    return out
 
 
 Figures = dict[str, dict[str, dict[str, float]]]
@@ -197,7 +361,7 @@ def validate(policy: Any, recipe: OnlineRecipe, typical: TypicalPods,
     refs = references if references is not None else {}
     for profile in recipe.profiles:
         for j in range(recipe.validation_clusters):
-            nodes, pods, replay = profile_cluster(profile, 1000 * recipe.seed + 900 + j)
+            nodes, pods, replay = profile_cluster(profile, 1000 * recipe.seed + 900 + j, recipe.scale)
             train, val, _ = split_train_val_test(pods, recipe.test_fraction, recipe.val_fraction)
             val = fits_somewhere(val, nodes)
             cfg = ReplayConfig(**replay, target_load=0.85, allow_unreachable_load=True)
@@ -249,9 +413,44 @@ def fine_tune(policy: Any, recipe: OnlineRecipe, typical: TypicalPods, log: Any)
     return trainer.policy, rows
 
 
-def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None = None) -> dict[str, Any]:
-    """Distil ``recipe.teacher`` into a node-scoring policy (or start from ``init``), optionally
-    fine-tune it with PPO; write checkpoint.pt and summary.json."""
+def _credited_data(recipe: OnlineRecipe, path: Path | None, log: Any) -> list:
+    """The credited decisions: read from ``path`` when it exists (an earlier collection of the
+    same recipe, to fit again without collecting), else collected and, with ``path``, kept there."""
+    import pickle
+
+    if path is not None and path.exists():
+        with path.open("rb") as f:
+            saved = pickle.load(f)
+        if saved.get("collection") != _collection_key(recipe):
+            raise ValueError(f"--data {path}: collected under another recipe ({saved.get('collection')}); "
+                             "remove it or point --data elsewhere")
+        log(f"online credit: {len(saved['data'])} decisions read from {path}")
+        return saved["data"]
+    data = collect_parallel(recipe, log)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        with tmp.open("wb") as f:
+            pickle.dump({"collection": _collection_key(recipe), "data": data}, f, protocol=5)
+        tmp.replace(path)
+    return data
+
+
+def _collection_key(recipe: OnlineRecipe) -> dict[str, Any]:
+    c = recipe.credit
+    return {"profiles": list(recipe.profiles), "clusters_per_profile": recipe.clusters_per_profile,
+            "target_loads": list(recipe.target_loads), "scale": recipe.scale, "seed": recipe.seed,
+            "credit_weights": recipe.credit_weights, "samples": c.samples, "explore": c.explore,
+            "warmup": c.warmup, "credit_seed": c.seed, "workers": recipe.workers,
+            "horizon_s": recipe.reward.node_horizon_s}
+
+
+def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None = None,
+          data_path: Path | None = None) -> dict[str, Any]:
+    """Distil ``recipe.teacher`` into a node-scoring policy (or start from ``init``), or fit it
+    by credit regression (one fit per tie weight, the best on validation kept), optionally
+    fine-tune it with PPO; write checkpoint.pt and summary.json. ``data_path``: where credited
+    decisions are kept between runs (read if present)."""
     import torch
 
     from fedsched.common.learning.nets import NodeScoringPolicy, PolicyConfig
@@ -271,6 +470,7 @@ def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None =
              else f"credit regression on {recipe.credit.samples} decisions of {', '.join(BEHAVIOURS)}")
     log(f"online: {len(envs)} replay environments ({', '.join(recipe.profiles)}), {start}")
     epochs: list[dict[str, float]] = []
+    candidates: list[tuple[str, Any, list[dict[str, float]]]] = []
     if init is not None:  # a distilled policy already: fine-tune it
         policy, _, _ = load_checkpoint(init)
         if kind_of(policy) != NODE_SCORING:
@@ -278,22 +478,25 @@ def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None =
         epochs = []
         n_decisions = 0
     elif recipe.method == "credit":
-        credit_envs, _ = build_envs(recipe, typical, recipe.reward)
-        behaviours = [make_policy(b, SchedulerContext(rng=np.random.default_rng(recipe.seed)), "replay")
-                      for b in BEHAVIOURS]
-        data = collect_credited(credit_envs, behaviours, recipe.credit,
-                                progress=lambda n: log(f"online credit collect: samples={n}"))
+        data = _credited_data(recipe, data_path, log)
         n_decisions = len(data)
         credits = np.array([c.credit for c in data])
         log(f"online credit: {n_decisions} decisions, {np.mean(credits < 0):.1%} with a cost, "
             f"mean credit {credits.mean():.4g}, min {credits.min():.4g}")
-        policy = NodeScoringPolicy(PolicyConfig(hidden=recipe.hidden))
+        for tie in recipe.tie_weights:
+            candidate = NodeScoringPolicy(PolicyConfig(hidden=recipe.hidden))
+            torch.manual_seed(recipe.credit.seed)
+            cfg = CreditConfig(**{**asdict(recipe.credit), "tie_weight": tie})
+            rows: list[dict[str, float]] = []
 
-        def on_credit_epoch(stats: dict[str, float]) -> None:
-            epochs.append(stats)
-            log("online credit fit: " + ", ".join(f"{k}={v:.4g}" for k, v in stats.items()))
+            def on_credit_epoch(stats: dict[str, float], rows: list = rows, tie: float = tie) -> None:
+                rows.append(stats)
+                log(f"online credit fit (tie {tie:g}): "
+                    + ", ".join(f"{k}={v:.4g}" for k, v in stats.items()))
 
-        fit_credit(policy, data, recipe.credit, on_epoch=on_credit_epoch)
+            fit_credit(candidate, data, cfg, on_epoch=on_credit_epoch)
+            candidates.append((f"credit-tie{tie:g}", candidate, rows))
+        policy, epochs = candidates[0][1], candidates[0][2]
     elif recipe.method == "distil":
         ctx = SchedulerContext(rng=np.random.default_rng(recipe.seed))
         teacher = make_policy(recipe.teacher, ctx, "replay")
@@ -310,10 +513,24 @@ def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None =
     else:
         raise ValueError(f"unknown method {recipe.method!r}: expected credit or distil")
     references: Figures = {}
-    figures = validate(policy, recipe, typical, references) if recipe.validate else {}
-    _log_figures(log, recipe.method if init is None else "init", figures)
-    first = recipe.method if init is None else "init"
-    stages = {first: {"validation": figures, "score": validation_score(figures)}}
+    stages: dict[str, dict[str, Any]] = {}
+    if len(candidates) > 1:  # several tie weights: the best on the held-out clusters is kept
+        best = math.inf
+        for name, candidate, rows in candidates:
+            cand_figures = validate(candidate, recipe, typical, references) if recipe.validate else {}
+            _log_figures(log, name, cand_figures)
+            stages[name] = {"validation": cand_figures, "score": validation_score(cand_figures), "fit": rows}
+            if not recipe.validate or stages[name]["score"] < best:
+                best = stages[name]["score"] if recipe.validate else best
+                policy, epochs, first = candidate, rows, name
+                if not recipe.validate:
+                    break
+        figures = stages[first]["validation"]
+    else:
+        figures = validate(policy, recipe, typical, references) if recipe.validate else {}
+        first = recipe.method if init is None else "init"
+        _log_figures(log, first, figures)
+        stages[first] = {"validation": figures, "score": validation_score(figures)}
     chosen = first
     if recipe.ppo_steps > 0:
         tuned, ppo_rows = fine_tune(policy, recipe, typical, log)
@@ -357,7 +574,10 @@ def _flags(r: OnlineRecipe) -> list[str]:
             f"--target-loads {','.join(str(x) for x in r.target_loads)}", f"--teacher {r.teacher}",
             f"--samples {r.bc.samples if r.method == 'distil' else r.credit.samples}",
             f"--epochs {r.bc.epochs if r.method == 'distil' else r.credit.epochs}",
-            f"--ppo-steps {r.ppo_steps}",
+            f"--ppo-steps {r.ppo_steps}", f"--credit-weights {r.credit_weights}",
+            f"--scale {r.scale}", f"--workers {r.workers}", f"--engine {r.engine}",
+            f"--tie-weights {','.join(f'{t:g}' for t in r.tie_weights)}",
+            *([] if r.credit.size_buckets else ["--no-size-buckets"]),
             f"--seed {r.seed}"]
 
 
@@ -377,21 +597,44 @@ def main(argv: list[str] | None = None) -> int:
                     help="PPO fine-tuning decisions after the distillation (node credit; 0: none)")
     ap.add_argument("--init", type=Path, default=None,
                     help="start from this node-scoring checkpoint instead of distilling the teacher")
+    ap.add_argument("--credit-weights", default=d.credit_weights, choices=("trouble", "fixed"),
+                    help="credit: price each environment's node credit as the trouble score does (trouble) "
+                         "or with fixed weights")
+    ap.add_argument("--scale", default=d.scale, choices=("realistic", "small"),
+                    help="training and validation cluster sizes")
+    ap.add_argument("--workers", type=int, default=d.workers,
+                    help="processes (or Ray tasks) collecting credited decisions in parallel")
+    ap.add_argument("--engine", default=d.engine, choices=("processes", "ray"),
+                    help="where collection runs: local processes, or Ray tasks (RAY_ADDRESS: a cluster)")
+    ap.add_argument("--tie-weights", default=",".join(f"{t:g}" for t in d.tie_weights),
+                    help="credit: comma-separated tie weights; each is fitted, the best on validation kept")
+    ap.add_argument("--no-size-buckets", action="store_true",
+                    help="credit: plain random minibatches (the first online policy's fit)")
+    ap.add_argument("--data", type=Path, default=None,
+                    help="credit: keep the collected decisions in this file, or read them from it if present")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--no-validate", action="store_true", help="skip the held-out validation runs")
     a = ap.parse_args(argv)
     try:
         loads = tuple(float(x) for x in a.target_loads.split(","))
+        ties = tuple(float(x) for x in a.tie_weights.split(","))
     except ValueError:
-        ap.error(f"--target-loads: expected comma-separated numbers, got {a.target_loads!r}")
+        ap.error(f"--target-loads and --tie-weights: expected comma-separated numbers, got "
+                 f"{a.target_loads!r}, {a.tie_weights!r}")
+    if not ties or any(not math.isfinite(t) or t < 0 for t in ties):
+        ap.error(f"--tie-weights: expected finite numbers >= 0, got {a.tie_weights!r}")
     recipe = OnlineRecipe(profiles=tuple(p for p in a.profiles.split(",") if p),
                           clusters_per_profile=a.clusters_per_profile, target_loads=loads,
                           method=a.method, teacher=a.teacher,
                           bc=BCConfig(samples=a.samples, epochs=a.epochs, seed=a.seed),
-                          credit=CreditConfig(samples=a.samples, epochs=a.epochs, seed=a.seed),
-                          seed=a.seed, validate=not a.no_validate, ppo_steps=a.ppo_steps)
+                          credit=CreditConfig(samples=a.samples, epochs=a.epochs, seed=a.seed,
+                                              size_buckets=not a.no_size_buckets),
+                          seed=a.seed, validate=not a.no_validate, ppo_steps=a.ppo_steps,
+                          credit_weights=a.credit_weights, scale=a.scale, workers=max(1, a.workers),
+                          tie_weights=ties, engine=a.engine)
     try:
-        summary = train(recipe, a.out, log=lambda m: print(m, file=sys.stderr, flush=True), init=a.init)
+        summary = train(recipe, a.out, log=lambda m: print(m, file=sys.stderr, flush=True), init=a.init,
+                        data_path=a.data)
     except ValueError as e:
         ap.error(str(e))
     print(json.dumps({k: summary[k] for k in ("checkpoint", "samples", "wall_s")}))

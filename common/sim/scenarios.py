@@ -114,3 +114,38 @@ def build(sc: Scenario, quick: bool = False, seed: int | None = None) -> EvalSpe
         nodes, pods = generate_cluster(sc.source, seed, **dict(v.cluster))
     return EvalSpec(nodes=nodes, pods=pods, policies=[], seeds=[], mode="replay",
                     test_fraction=TEST_FRACTION, replay_options=dict(v.replay))
+
+
+HELDOUT: dict[str, Scenario] = {s.name: s for s in (
+    Scenario(
+        "web-xl", "web", 77, 5,
+        "held out: a 500-node web cluster (training clusters have at most 320) of 2-core median "
+        "services (training medians 0.25-1.5 cores), a stronger daily cycle (amplitude 0.6, training "
+        "at most 0.5), 90% of CPU requested",
+        full=Variant({"n_nodes": 500, "n_pods": 150000, "trace_hours": 12.0, "cpu_median_milli": 2000.0,
+                      "cpu_max_milli": 16000, "diurnal_amplitude": 0.6}, {"target_load": 0.9}),
+        quick=Variant({"n_nodes": 40, "n_pods": 12000, "trace_hours": 12.0, "cpu_median_milli": 2000.0,
+                       "cpu_max_milli": 16000, "diurnal_amplitude": 0.6}, {"target_load": 0.9})),
+    Scenario(
+        "gpu-xl", "gpu", 77, 8,
+        "held out: a 250-node GPU cluster (training at most 160) where 60% of the pods are CPU-only "
+        "(training at most 50%) and jobs take 14 cores per GPU (training 3-12), 85% of the GPUs requested",
+        full=Variant({"n_nodes": 250, "n_pods": 30000, "cores_per_gpu_median": 14.0, "cpu_pod_fraction": 0.6,
+                      "share_fraction": 0.3, "cpu_pod_cpu_median_milli": 8000.0, "trace_hours": 24.0},
+                     {"target_load": 0.85}),
+        quick=Variant({"n_nodes": 25, "n_pods": 3000, "cores_per_gpu_median": 14.0, "cpu_pod_fraction": 0.6,
+                       "share_fraction": 0.3, "cpu_pod_cpu_median_milli": 8000.0, "trace_hours": 24.0},
+                      {"target_load": 0.85})),
+    Scenario(
+        "edge-xl", "edge", 77, 8,
+        "held out: 120 edge nodes (training at most 80) with 1.2-core median pods (training medians "
+        "0.25-1 core) over 12 h (training episodes 3-8 h), 90% of CPU requested",
+        full=Variant({"n_nodes": 120, "n_pods": 50000, "gpu_node_fraction": 0.0, "trace_hours": 12.0,
+                      "cpu_median_milli": 1200.0, "cpu_max_milli": 4000}, {"target_load": 0.9}),
+        quick=Variant({"n_nodes": 12, "n_pods": 5000, "gpu_node_fraction": 0.0, "trace_hours": 12.0,
+                       "cpu_median_milli": 1200.0, "cpu_max_milli": 4000}, {"target_load": 0.9})),
+)}
+"""Scenarios outside the online policy's training ranges (``agent/learning/online.py``,
+``profile_parameters``: size, pod size, daily cycle, CPU share, load), on generator seeds no
+benchmark or training cluster uses: how a policy does on clusters nobody trained it for.
+``bench/online_quality.py --heldout`` runs them."""

@@ -1,0 +1,152 @@
+"""Credit regression's pricing and batching (``agent/learning/credit.py``) and the online
+recipe's collection (``agent/learning/online.py``): the trouble-priced node credit is the
+first-order change of the trouble score, size-bucketed batches cover every decision once, and
+parallel collection gives the same decisions for the same recipe."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedsched.agent.learning.credit import size_bucketed_batches, trouble_weights
+from fedsched.agent.learning.online import (
+    OnlineRecipe,
+    build_envs,
+    collect_parallel,
+    price_trouble,
+    profile_parameters,
+    reference_typical,
+)
+from fedsched.common.model.metrics import trouble_score
+
+_METRICS = {"hot_cpu_node_s": 1e6, "throttled_cpu_core_s": 1e6, "oom_kills_per_1k_starts": 50.0,
+            "failed_pods": 1000.0}
+
+
+@settings(max_examples=60, deadline=None)
+@given(hot=st.floats(0, 1e6), thr=st.floats(0, 1e6), oom=st.floats(0, 50), failed=st.floats(0, 1000),
+       decisions=st.integers(1, 100_000), starts=st.integers(1, 100_000))
+def test_trouble_priced_credit_is_the_first_order_change_of_the_trouble_score(hot, thr, oom, failed,
+                                                                             decisions, starts):
+    ref = {"hot_cpu_node_s": hot, "throttled_cpu_core_s": thr, "oom_kills_per_1k_starts": oom,
+           "failed_pods": failed}
+    w = trouble_weights(ref, decisions, starts)
+    # one decision adding a hot node-minute, a throttled core-minute or one OOM kill
+    cases = [("hot_cpu_node_s", 60.0, w["node_hot"]), ("throttled_cpu_core_s", 60.0, w["node_throttled"]),
+             ("oom_kills_per_1k_starts", 1000.0 / starts, w["node_oom"])]
+    for metric, dx, weight in cases:
+        eps = 1e-6  # a small step: the score's derivative, not its curvature
+        moved = dict(ref, **{metric: ref[metric] + eps * dx})
+        slope = trouble_score(moved, ref) / eps
+        assert weight / decisions == pytest.approx(slope, rel=1e-3, abs=1e-12)
+
+
+def test_a_rare_trouble_costs_more_than_a_common_one():
+    # small edge nodes: little throttling, much hot node-time -> a throttled core-minute is dear
+    w = trouble_weights({"hot_cpu_node_s": 90_000.0, "throttled_cpu_core_s": 2_000.0,
+                         "oom_kills_per_1k_starts": 0.2}, 10_000, 10_000)
+    assert w["node_throttled"] > 40 * w["node_hot"]
+    # GPU nodes' CPU-side work: throttling everywhere -> a throttled core-minute is cheap
+    w = trouble_weights({"hot_cpu_node_s": 100_000.0, "throttled_cpu_core_s": 1.8e6,
+                         "oom_kills_per_1k_starts": 4.6}, 4_000, 4_000)
+    assert w["node_throttled"] < w["node_hot"] / 10
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(1, 400), min_size=1, max_size=3000), batch=st.integers(1, 64),
+       seed=st.integers(0, 2**31))
+def test_size_bucketed_batches_cover_every_decision_once(sizes, batch, seed):
+    s = np.array(sizes)
+    batches = size_bucketed_batches(s, batch, np.random.default_rng(seed))
+    seen = np.concatenate(batches)
+    assert sorted(seen.tolist()) == list(range(len(s)))
+    assert all(1 <= len(b) <= batch for b in batches)
+
+
+def test_size_bucketed_batches_pad_far_less_than_random_ones():
+    rng = np.random.default_rng(0)
+    sizes = np.exp(rng.uniform(math.log(10), math.log(300), 20_000)).astype(int)
+
+    def padded(batches: list[np.ndarray]) -> int:
+        return sum(len(b) * int(sizes[b].max()) for b in batches)
+
+    perm = rng.permutation(len(sizes))
+    random = [perm[i:i + 256] for i in range(0, len(perm), 256)]
+    bucketed = size_bucketed_batches(sizes, 256, rng)
+    assert padded(bucketed) < 0.6 * padded(random)
+    assert padded(bucketed) >= int(sizes.sum())
+
+
+def test_realistic_training_clusters_span_an_order_of_magnitude():
+    rng = np.random.default_rng(5)
+    for profile, lo, hi in (("web", 30, 320), ("gpu", 20, 160), ("edge", 10, 80)):
+        n = [profile_parameters(profile, rng)["n_nodes"] for _ in range(200)]
+        assert lo <= min(n) and max(n) <= hi
+        assert max(n) / min(n) > 5
+    slices = [profile_parameters("openb", rng)["slice"] for _ in range(200)]
+    assert min(slices) >= 60 and max(slices) <= 300
+    with pytest.raises(ValueError, match="unknown training scale"):
+        profile_parameters("web", rng, "huge")
+
+
+def _tiny(workers: int) -> OnlineRecipe:
+    r = OnlineRecipe(profiles=("web", "edge"), clusters_per_profile=2, scale="small", workers=workers,
+                     validate=False)
+    r.credit.samples = 400
+    return r
+
+
+def test_pricing_gives_each_environment_its_own_weights():
+    recipe = _tiny(1)
+    typical = reference_typical(recipe)
+    envs, _ = build_envs(recipe, typical, recipe.reward)
+    weights = price_trouble(envs, typical)
+    assert len(weights) == len(envs) == 4
+    for env, w in zip(envs, weights, strict=True):
+        assert env.cfg.reward.node_hot == w["node_hot"] > 0
+        assert env.cfg.reward.node_throttled == w["node_throttled"] > 0
+        assert env.cfg.reward.node_horizon_s == recipe.reward.node_horizon_s
+    assert len({round(w["node_throttled"] / w["node_hot"], 9) for w in weights}) > 1
+
+
+@pytest.fixture(scope="module")
+def two_workers() -> list:
+    return collect_parallel(_tiny(2), log=lambda m: None)
+
+
+def test_parallel_collection_is_reproducible_and_fills_the_quota(two_workers):
+    a, b = two_workers, collect_parallel(_tiny(2), log=lambda m: None)
+    assert len(a) == len(b) == 400
+    assert [c.credit for c in a] == [c.credit for c in b]
+    assert [c.chosen for c in a] == [c.chosen for c in b]
+    assert any(c.credit < 0 for c in a)
+
+
+def test_ray_tasks_collect_what_the_processes_collect(two_workers):
+    import ray
+
+    recipe = _tiny(2)
+    recipe.engine = "ray"
+    try:
+        got = collect_parallel(recipe, log=lambda m: None)
+    finally:
+        ray.shutdown()
+    assert [c.credit for c in got] == [c.credit for c in two_workers]
+    assert [c.chosen for c in got] == [c.chosen for c in two_workers]
+
+
+def test_the_daily_peak_falls_inside_a_training_episode():
+    from fedsched.agent.learning.online import PEAK_HOUR, profile_cluster
+
+    rng = np.random.default_rng(11)
+    for profile in ("web", "gpu", "edge"):
+        p = profile_parameters(profile, rng)
+        assert 0.25 * p["trace_hours"] <= p[PEAK_HOUR] <= 0.85 * p["trace_hours"]
+    p = profile_parameters("web", np.random.default_rng([4, len("web")]))
+    _, _, replay = profile_cluster("web", 4)
+    assert replay["usage_peak_hour"][1:] == pytest.approx((p[PEAK_HOUR],) * 3)
+    assert replay["usage_peak_hour"][0] == pytest.approx((p[PEAK_HOUR] - 12.0) % 24.0)
