@@ -21,7 +21,7 @@ failed pods to kube-default's. To first order a decision moves it by ``dx / (x_k
 metric, so a hot node-minute, a throttled core-minute and an OOM kill are priced per cluster
 from a kube-default run of that cluster: on small edge nodes, where throttling is rare, a
 throttled core-minute costs about forty hot node-minutes; on GPU nodes whose CPU-side work
-throttles all the time, a tenth of one. The credit is then the decision's share of its
+throttles all the time, about a sixteenth of one. The credit is then the decision's share of its
 cluster's trouble score (times the decisions of the run), and the regression learns the
 score the policy is judged on rather than a fixed mix of its terms. Acting
 greedily on the logits then picks the node with the least predicted cost, and between nodes

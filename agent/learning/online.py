@@ -460,6 +460,9 @@ def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None =
             raise ValueError(f"unknown profile {p!r}: expected web, gpu, edge or openb")
     if not recipe.profiles or recipe.clusters_per_profile < 1 or recipe.bc.samples < 1:
         raise ValueError("need at least one profile, one cluster per profile and one sample")
+    if len(recipe.tie_weights) > 1 and not recipe.validate:
+        raise ValueError("several tie weights are chosen between on the validation clusters: "
+                         "give one with --no-validate")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     torch.manual_seed(recipe.bc.seed)
@@ -515,16 +518,14 @@ def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None =
     references: Figures = {}
     stages: dict[str, dict[str, Any]] = {}
     if len(candidates) > 1:  # several tie weights: the best on the held-out clusters is kept
-        best = math.inf
+        best, first = math.inf, candidates[0][0]
         for name, candidate, rows in candidates:
-            cand_figures = validate(candidate, recipe, typical, references) if recipe.validate else {}
+            cand_figures = validate(candidate, recipe, typical, references)
             _log_figures(log, name, cand_figures)
             stages[name] = {"validation": cand_figures, "score": validation_score(cand_figures), "fit": rows}
-            if not recipe.validate or stages[name]["score"] < best:
-                best = stages[name]["score"] if recipe.validate else best
+            if stages[name]["score"] < best:
+                best = stages[name]["score"]
                 policy, epochs, first = candidate, rows, name
-                if not recipe.validate:
-                    break
         figures = stages[first]["validation"]
     else:
         figures = validate(policy, recipe, typical, references) if recipe.validate else {}

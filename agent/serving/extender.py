@@ -944,10 +944,11 @@ class _Connection(socketserver.StreamRequestHandler):
                 self.metrics.bodies_refused.labels(reason="busy").inc()
                 raise BodyBudgetFull(f"too many large bodies at once (at most {self.server.bodies.limit} "
                                      f"bytes of those over {SMALL_BODY}): try again")
-            self._budget_taken, self._read_at = n, time.monotonic()
+            self._budget_taken = n
         raw = self.rfile.read(n)
         self.tracked.enter(_BUSY)
-        self._read_at = time.monotonic()
+        if self._budget_taken:
+            self._read_at = time.monotonic()
         if len(raw) != n:
             self.close_connection = True
             raise BadRequest(f"the body ended after {len(raw)} of its {n} bytes")

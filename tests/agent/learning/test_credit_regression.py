@@ -150,3 +150,12 @@ def test_the_daily_peak_falls_inside_a_training_episode():
     _, _, replay = profile_cluster("web", 4)
     assert replay["usage_peak_hour"][1:] == pytest.approx((p[PEAK_HOUR],) * 3)
     assert replay["usage_peak_hour"][0] == pytest.approx((p[PEAK_HOUR] - 12.0) % 24.0)
+
+
+def test_several_tie_weights_need_the_validation_that_chooses_between_them(tmp_path):
+    from fedsched.agent.learning.online import train
+
+    recipe = _tiny(1)
+    recipe.tie_weights = (0.3, 1.0)
+    with pytest.raises(ValueError, match="several tie weights"):
+        train(recipe, tmp_path / "run")
