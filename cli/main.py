@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "certs": "fedsched.cli.certs:register",
     "serve": "fedsched.cli.serve:register",
     "evidence": "fedsched.cli.evidence:register",
+    "record": "fedsched.cli.record:register",
 }
 
 

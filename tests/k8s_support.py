@@ -19,11 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.control_plane import BINARIES, K8S_BIN, missing_binaries
+from bench.harness.control_plane import BINARIES, K8S_BIN
+from bench.harness.control_plane import missing_binaries as _missing_binaries
 from bench.harness.processes import tail
+from fedsched.experiment import kwok
 from tests.paths import REPO
 
-__all__ = ["BINARIES", "BUILD_SCRIPT", "K8S_BIN", "k8s_binaries", "notice"]
+__all__ = ["BINARIES", "BUILD_SCRIPT", "K8S_BIN", "k8s_binaries", "kwok_binary", "notice"]
 
 BUILD_SCRIPT = REPO / "scripts" / "build_k8s.sh"
 
@@ -33,9 +35,14 @@ def notice(message: str) -> None:
     print(f"\ntests: {message}", file=sys.__stderr__, flush=True)
 
 
-def k8s_binaries() -> Path:
-    """``.k8s/bin`` with etcd, kube-apiserver and kube-scheduler, built by ``scripts/build_k8s.sh``
-    when one is missing; skips (a failure under CI) with the reason when they cannot be had."""
+def k8s_binaries(with_kwok: bool = False) -> Path:
+    """``.k8s/bin`` with etcd, kube-apiserver and kube-scheduler (and kwok with its configurations
+    in ``.k8s/share/kwok/`` with ``with_kwok``), built by ``scripts/build_k8s.sh`` when one is
+    missing; skips (a failure under CI) with the reason when they cannot be had."""
+
+    def missing_binaries(bin_dir: Path) -> list[str]:
+        return [*_missing_binaries(bin_dir), *(kwok.missing() if with_kwok else [])]
+
     missing = missing_binaries(K8S_BIN)
     if not missing:
         return K8S_BIN
@@ -54,3 +61,9 @@ def k8s_binaries() -> Path:
         pytest.skip(f"bash scripts/build_k8s.sh failed (exit {rc}; missing {missing}): "
                     f"{tail(log_path, 1500)}")
     return K8S_BIN
+
+
+def kwok_binary() -> Path:
+    """``.k8s/bin/kwok`` (and the control plane's binaries), built when missing; a skip (a failure
+    under CI) when they cannot be had."""
+    return k8s_binaries(with_kwok=True) / "kwok"

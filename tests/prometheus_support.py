@@ -20,7 +20,8 @@
   kubelet ServiceMonitor.
 - :func:`running_prometheus` starts the real ``prometheus`` binary (Debian package) on a free
   loopback port with a temporary config (scrape and evaluation interval 1 s) and a recording
-  rules file, waits for ``/-/ready`` and terminates it afterwards.
+  rules file, waits for ``/-/ready`` and terminates it afterwards
+  (:mod:`fedsched.experiment.prometheus`, which the kwok fleet uses too; re-exported here).
 
 Each simulated node is its own scrape target, so its own ``instance``, as with one node-exporter
 per node in kube-prometheus; a node either gets a ``node`` target label (its instance stays
@@ -34,19 +35,11 @@ file whose range selectors alone are shortened, so that values converge in secon
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import re
 import shutil
-import signal
-import socket
-import subprocess
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +49,12 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-PROMETHEUS = shutil.which("prometheus") or shutil.which("prometheus", path="/usr/bin:/usr/local/bin")
+from fedsched.experiment.processes import free_port as free_port
+from fedsched.experiment.processes import tail as tail
+from fedsched.experiment.prometheus import PROMETHEUS as PROMETHEUS
+from fedsched.experiment.prometheus import PrometheusServer as PrometheusServer
+from fedsched.experiment.prometheus import running_prometheus as running_prometheus
+
 PROMTOOL = shutil.which("promtool") or shutil.which("promtool", path="/usr/bin:/usr/local/bin")
 RULES_FILE = Path(__file__).resolve().parents[1] / "common" / "data" / "prometheus" / "recording-rules.yaml"
 JOB = "node-exporter"  # the job name the upstream memory rule selects
@@ -368,113 +366,6 @@ def rules_with_window(text: str, window: str) -> str:
     if n == 0:
         raise ValueError("no range selector found in the rules")
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def tail(path: Path, n: int = 3000) -> str:
-    return path.read_text(errors="replace")[-n:] if path.exists() else f"(no {path})"
-
-
-@dataclass
-class PrometheusServer:
-    """A running ``prometheus`` process started by :func:`running_prometheus`."""
-
-    proc: subprocess.Popen
-    port: int
-    workdir: Path
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-    def api(self, path: str, timeout: float = 5.0) -> dict:
-        """GET ``/api/v1/<path>`` and return the decoded ``data``."""
-        with urllib.request.urlopen(f"{self.url}/api/v1/{path}", timeout=timeout) as r:
-            body = json.load(r)
-        if body.get("status") != "success":
-            raise RuntimeError(f"{path}: {body}")
-        return body["data"]
-
-    def query(self, promql: str) -> list[dict]:
-        return self.api("query?" + urllib.parse.urlencode({"query": promql}))["result"]
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Terminate (SIGTERM, then SIGKILL) and wait."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout)
-
-
-def _wait_ready(proc: subprocess.Popen, port: int, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    url = f"http://{HOST}:{port}/-/ready"
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"prometheus exited with {proc.returncode}:\n{tail(log)}")
-        with contextlib.suppress(OSError, urllib.error.URLError), urllib.request.urlopen(url, timeout=1) as r:
-            if r.status == 200:
-                return
-        time.sleep(0.1)
-    raise TimeoutError(f"prometheus not ready on port {port} after {timeout}s:\n{tail(log)}")
-
-
-@contextlib.contextmanager
-def running_prometheus(workdir: Path, scrape_configs: list[dict], rules_text: str | None = None,
-                       interval: str = "1s") -> Iterator[PrometheusServer]:
-    """Run ``prometheus`` on a free loopback port with these scrape configs and rules.
-
-    ``rules_text`` defaults to the shipped rules file as it is. The config, the rules and the
-    TSDB live under ``workdir``; the process is terminated on exit.
-    """
-    if PROMETHEUS is None:
-        raise RuntimeError("prometheus binary not found")
-    workdir.mkdir(parents=True, exist_ok=True)
-    rules = workdir / "rules.yaml"
-    rules.write_text(RULES_FILE.read_text() if rules_text is None else rules_text)
-    config = {
-        "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
-        "rule_files": [str(rules)],
-        "scrape_configs": scrape_configs,
-    }
-    cfg = workdir / "prometheus.yml"
-    cfg.write_text(json.dumps(config, indent=2))  # JSON is YAML
-    log = workdir / "prometheus.log"
-    server: PrometheusServer | None = None
-    for _attempt in range(3):  # the free port may be taken between probing and binding
-        port = free_port()
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'data'}",
-                 f"--web.listen-address={HOST}:{port}", "--log.level=warn"],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            _wait_ready(proc, port, log, START_TIMEOUT)
-        except RuntimeError:
-            if "address already in use" in tail(log):
-                continue
-            raise
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        server = PrometheusServer(proc, port, workdir, log)
-        break
-    if server is None:
-        raise RuntimeError(f"prometheus could not bind a port:\n{tail(log)}")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def close_to(a: float, b: float, rel: float, abs_: float = 0.0) -> bool:

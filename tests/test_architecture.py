@@ -50,7 +50,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "common.sim.replay.workload": ("common.model", "common.sim.replay.config"),
     "common.sim.replay.usage": ("common.model", "common.sim.replay.config"),
     "common.sim.replay.churn": ("common.model", "common.sim.replay.config"),
-    "common.federation": ("common.model", "common.learning", "common.files"),
+    # a deployed member's recording replays at the load it offered (members.recorded_load)
+    "common.federation": ("common.model", "common.learning", "common.files", "common.sim.replay"),
     "common.proto": (),
     "agent": (),
     "agent.cluster": ("common",),

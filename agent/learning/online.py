@@ -47,7 +47,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -272,8 +272,6 @@ def n_envs(recipe: OnlineRecipe) -> int:
 def price_trouble(envs: Sequence[SchedulingEnv], typical: TypicalPods) -> list[dict[str, float]]:
     """Give each node-credit environment the weights of ``credit.trouble_weights``, from one
     kube-default replay of its cluster (its first episode's seed); returns the weights."""
-    from dataclasses import replace
-
     from fedsched.agent.learning.credit import trouble_weights
     from fedsched.common.schedulers.kube_default import KubeDefault
 
@@ -579,7 +577,7 @@ def _flags(r: OnlineRecipe) -> list[str]:
             f"--scale {r.scale}", f"--workers {r.workers}", f"--engine {r.engine}",
             f"--tie-weights {','.join(f'{t:g}' for t in r.tie_weights)}",
             *([] if r.credit.size_buckets else ["--no-size-buckets"]),
-            f"--seed {r.seed}"]
+            f"--horizon {r.reward.node_horizon_s:g}", f"--seed {r.seed}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -613,6 +611,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="credit: plain random minibatches (the first online policy's fit)")
     ap.add_argument("--data", type=Path, default=None,
                     help="credit: keep the collected decisions in this file, or read them from it if present")
+    ap.add_argument("--horizon", type=float, default=d.reward.node_horizon_s,
+                    help="credit: seconds after a bind whose hot, throttled and OOM outcome on the chosen "
+                         "node is charged to the decision (long enough to reach the daily peak: hours)")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--no-validate", action="store_true", help="skip the held-out validation runs")
     a = ap.parse_args(argv)
@@ -624,6 +625,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"{a.target_loads!r}, {a.tie_weights!r}")
     if not ties or any(not math.isfinite(t) or t < 0 for t in ties):
         ap.error(f"--tie-weights: expected finite numbers >= 0, got {a.tie_weights!r}")
+    if not math.isfinite(a.horizon) or a.horizon <= 0:
+        ap.error(f"--horizon: expected seconds > 0, got {a.horizon:g}")
     recipe = OnlineRecipe(profiles=tuple(p for p in a.profiles.split(",") if p),
                           clusters_per_profile=a.clusters_per_profile, target_loads=loads,
                           method=a.method, teacher=a.teacher,
@@ -632,7 +635,8 @@ def main(argv: list[str] | None = None) -> int:
                                               size_buckets=not a.no_size_buckets),
                           seed=a.seed, validate=not a.no_validate, ppo_steps=a.ppo_steps,
                           credit_weights=a.credit_weights, scale=a.scale, workers=max(1, a.workers),
-                          tie_weights=ties, engine=a.engine)
+                          tie_weights=ties, engine=a.engine,
+                          reward=replace(d.reward, node_horizon_s=a.horizon))
     try:
         summary = train(recipe, a.out, log=lambda m: print(m, file=sys.stderr, flush=True), init=a.init,
                         data_path=a.data)

@@ -1,15 +1,9 @@
 """Free TCP ports on loopback, for the servers a benchmark or a test starts (``fedsched serve``,
-etcd, kube-apiserver, kube-scheduler, Flower). Imports only the standard library."""
+etcd, kube-apiserver, kube-scheduler, Flower): :func:`fedsched.experiment.processes.free_port`,
+re-exported."""
 
 from __future__ import annotations
 
-import socket
+from fedsched.experiment.processes import HOST, free_port
 
-HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (on loopback)."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+__all__ = ["HOST", "free_port"]

@@ -12,16 +12,19 @@
 - :func:`member_from_node_config`: a deployed member's own cluster from its node config (its
   node inventory and recent pods as openb-schema CSVs).
 
-May import: ``fedsched.common.model`` only.
+May import: ``fedsched.common.model`` and ``fedsched.common.sim.replay`` (the recorded load).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
@@ -33,6 +36,8 @@ from fedsched.common.model.traces import (
     load_pods,
     split_train_val_test,
 )
+from fedsched.common.sim.replay.config import ReplayConfig
+from fedsched.common.sim.replay.workload import replay_workload
 
 TEST_FRACTION, VAL_FRACTION = 0.3, 0.15  # a member's own pods: more validation pods than usual
 TEST_SPLIT, VAL_SPLIT = 0.3, 0.1  # the openb trace's split, as every trainer and benchmark uses it
@@ -106,7 +111,8 @@ def member_cluster(partition_id: int, seed: int | None = None) -> Member:
 def member_from_node_config(node_config: Mapping[str, Any] | None) -> Member | None:
     """A deployed member's own cluster, from its SuperNode's ``--node-config``:
     ``cluster-name``, ``nodes-csv`` and ``pods-csv`` (openb schema: its node inventory and its
-    recent pods, e.g. exported from the API server). None in simulation (no ``nodes-csv``)."""
+    recent pods, as ``fedsched record`` writes them). Its validation pods replay at the load its
+    whole recording offered (:func:`recorded_load`). None in simulation (no ``nodes-csv``)."""
     nodes_csv = node_config.get("nodes-csv") if node_config else None
     if not nodes_csv:
         return None
@@ -114,9 +120,22 @@ def member_from_node_config(node_config: Mapping[str, Any] | None) -> Member | N
     if not pods_csv:
         raise ValueError("node config: nodes-csv needs pods-csv (the member's recent pods)")
     nodes = load_nodes(str(nodes_csv))
-    pods = load_pods(str(pods_csv), nodes, allow_oversized=True)
-    train, val, test = split_train_val_test(fits_somewhere(pods, nodes), TEST_FRACTION, VAL_FRACTION)
-    return Member(str(node_config.get("cluster-name", Path(str(nodes_csv)).stem)), nodes, train, test, val)
+    pods = fits_somewhere(load_pods(str(pods_csv), nodes, allow_oversized=True), nodes)
+    train, val, test = split_train_val_test(pods, TEST_FRACTION, VAL_FRACTION)
+    return Member(str(node_config.get("cluster-name", Path(str(nodes_csv)).stem)), nodes, train, test, val,
+                  replay={"target_load": recorded_load(pods, nodes)})
+
+
+def recorded_load(pods: PodTable, nodes: NodeTable) -> float:
+    """The requested load the recorded workload really put on its cluster (time-averaged, as the
+    replay measures it), so that a part of it (the validation pods) replays at the load the whole
+    did: the twin is as busy as the member's cluster was, not a fixed benchmark load."""
+    as_recorded = ReplayConfig(arrival_jitter_s=0.0, duration_jitter=0.0)
+    load = replay_workload(pods, nodes, as_recorded, np.random.default_rng(0)).offered_load
+    if not math.isfinite(load) or load <= 0:
+        raise ValueError(f"the recorded workload of {len(pods)} pods offers no measurable load: "
+                         "record longer before the member joins")
+    return float(load)
 
 
 @functools.cache

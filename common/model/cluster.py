@@ -102,6 +102,11 @@ class PodTable:
     app: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     cpu_limit: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     mem_limit: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # Optional: the pod's measured mean use (CPU milli, memory MiB; float64, NaN when not
+    # measured), as a recording of a real cluster carries it (``fedsched record``). The replay
+    # usage model then runs the pod at this level instead of drawing one.
+    cpu_use: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mem_use: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         n = len(self.names)
@@ -114,7 +119,10 @@ class PodTable:
         for name in ("cpu_limit", "mem_limit"):
             if len(getattr(self, name)) == 0 and n:
                 object.__setattr__(self, name, np.zeros(n, dtype=np.int64))
-        for name in ("app", "cpu_limit", "mem_limit"):
+        for name in ("cpu_use", "mem_use"):
+            if len(getattr(self, name)) == 0 and n:
+                object.__setattr__(self, name, np.full(n, np.nan))
+        for name in ("app", "cpu_limit", "mem_limit", "cpu_use", "mem_use"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"PodTable.{name} has {len(getattr(self, name))} rows, expected {n}")
 
@@ -135,6 +143,7 @@ class PodTable:
             creation=self.creation[idx], deletion=self.deletion[idx],
             disk_io=self.disk_io[idx], net=self.net[idx],
             app=self.app[idx], cpu_limit=self.cpu_limit[idx], mem_limit=self.mem_limit[idx],
+            cpu_use=self.cpu_use[idx], mem_use=self.mem_use[idx],
         )
 
 

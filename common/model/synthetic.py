@@ -159,7 +159,7 @@ HOUR = 3600.0
 NODE_CSV_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model", "disk_io_mbps", "net_mbps")
 POD_CSV_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
                    "creation_time", "deletion_time", "disk_io_mbps", "net_mbps", "app",
-                   "cpu_limit_milli", "memory_limit_mib")
+                   "cpu_limit_milli", "memory_limit_mib", "cpu_use_milli", "memory_use_mib")
 
 CPU_STEP_MILLI = 50
 MEM_STEP_MIB = 64
@@ -901,5 +901,6 @@ def write_csvs(nodes: NodeTable, pods: PodTable, directory: str | Path,
                         QOS_CLASSES[int(pods.qos[i])], _fmt_float(pods.creation[i]),
                         _fmt_float(pods.deletion[i]), _fmt_float(pods.disk_io[i]),
                         _fmt_float(pods.net[i]), int(pods.app[i]) if pods.app[i] >= 0 else "",
-                        int(pods.cpu_limit[i]) or "", int(pods.mem_limit[i]) or ""])
+                        int(pods.cpu_limit[i]) or "", int(pods.mem_limit[i]) or "",
+                        _fmt_float(pods.cpu_use[i]), _fmt_float(pods.mem_use[i])])
     return nodes_path, pods_path

@@ -12,7 +12,10 @@ Schema (Alibaba cluster-trace-gpu-v2023, see ``common/data/openb/SOURCE.md``):
   Also optional, what a real cluster knows about a pod: ``app`` (or ``owner``; the
   application / owning controller, any text, numbered in order of first appearance into
   ``PodTable.app``; an empty cell is an unknown owner, -1), ``cpu_limit_milli`` and
-  ``memory_limit_mib`` (empty or 0: unknown; a limit below the request is an error).
+  ``memory_limit_mib`` (empty or 0: unknown; a limit below the request is an error), and a
+  recording's measured use (``fedsched record``): ``cpu_use_milli`` / ``memory_use_mib``, the
+  pod's own mean use, else ``app_cpu_use_ratio`` / ``app_mem_use_ratio``, its application's use
+  per non-zero request (empty: not measured; the replay usage model then draws the pod's level).
   Other columns (``pod_phase``, ``scheduled_time``, ...) are ignored.
 
 **Invented application ids.** openb has no owner column (its pod names are
@@ -41,7 +44,15 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsched.common.model.cluster import MAX_GPUS_PER_NODE, MILLI_PER_GPU, QOS_ALIASES, NodeTable, PodTable
+from fedsched.common.model.cluster import (
+    DEFAULT_MEMORY_REQUEST_MIB,
+    DEFAULT_MILLI_CPU_REQUEST,
+    MAX_GPUS_PER_NODE,
+    MILLI_PER_GPU,
+    QOS_ALIASES,
+    NodeTable,
+    PodTable,
+)
 
 DEFAULT_DISK_IO_MBPS = 1000.0
 DEFAULT_NET_MBPS = 10000.0
@@ -278,9 +289,19 @@ def load_pods(path: str | Path, nodes: NodeTable, *, allow_oversized: bool = Fal
             raise TraceError(path, f"limit {lim[k]} below the request {req[k]}", line=lines[int(k)],
                              column=col)
     owner_col = "app" if cols.has("app") else "owner" if cols.has("owner") else None
+    # Measured use (a recording: fedsched record): the pod's own mean, else its application's
+    # use per non-zero request times the pod's non-zero request, else unknown (NaN).
+    measured = []
+    for own_col, ratio_col, req, nz in (
+            ("cpu_use_milli", "app_cpu_use_ratio", cpu, DEFAULT_MILLI_CPU_REQUEST),
+            ("memory_use_mib", "app_mem_use_ratio", mem, DEFAULT_MEMORY_REQUEST_MIB)):
+        own = cols.number(own_col, integer=False, optional=True)
+        ratio = cols.number(ratio_col, integer=False, optional=True)
+        measured.append(np.where(np.isfinite(own), own, ratio * np.where(req > 0, req, nz)))
     pods = PodTable(names=tuple(names), cpu=cpu, mem=mem, num_gpu=num_gpu, gpu_milli=gpu_milli,
                     spec_mask=spec_mask, qos=qos, creation=creation, deletion=deletion,
-                    disk_io=disk, net=net, cpu_limit=cpu_limit, mem_limit=mem_limit)
+                    disk_io=disk, net=net, cpu_limit=cpu_limit, mem_limit=mem_limit,
+                    cpu_use=measured[0], mem_use=measured[1])
     app = _app_codes(cols.text(owner_col)) if owner_col else infer_apps(pods)
     pods = dataclasses.replace(pods, app=app)
     if not allow_oversized:

@@ -500,8 +500,10 @@ def test_the_supernode_and_its_sidecar(ci_file: str) -> None:
     if fed.get("data", {}).get("nodesCsv"):
         assert node_config["nodes-csv"] == fed["data"]["nodesCsv"]
         assert node_config["pods-csv"] == fed["data"]["podsCsv"]
-    else:
-        assert "nodes-csv" not in node_config
+    else:  # the recorder's files on the same PVC: the member's validation twin
+        rec_out = flag(argv(container(dep, "recorder")), "--out")
+        assert node_config["nodes-csv"] == f"{rec_out}/nodes.csv"
+        assert node_config["pods-csv"] == f"{rec_out}/pods.csv"
     assert c["workingDir"] == "/var/lib/fedsched" and mounts(dep, c)["/var/lib/fedsched"] == mounts(
         dep, container(dep, "extender"))["/var/lib/fedsched"]
     env = {e["name"]: e["value"] for e in c["env"]}
@@ -530,9 +532,9 @@ def test_shadow_then_active_by_a_value() -> None:
         assert flag(argv(container(dep, "extender")), "--mode") == mode
 
 
-def test_without_federation_the_agent_is_the_extender_alone() -> None:
+def test_without_federation_the_agent_is_the_extender_and_its_recorder() -> None:
     dep = one(agent_docs("shadow-values.yaml"), "Deployment", AGENT_FULL)
-    assert [c["name"] for c in pod_spec(dep)["containers"]] == ["extender"]
+    assert [c["name"] for c in pod_spec(dep)["containers"]] == ["extender", "recorder"]
 
 
 def test_monitoring_objects() -> None:

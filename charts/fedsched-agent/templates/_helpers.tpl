@@ -123,6 +123,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- if $fed.data.nodesCsv -}}
 {{- $parts = append $parts (printf "nodes-csv=%s" ($fed.data.nodesCsv | quote)) -}}
 {{- $parts = append $parts (printf "pods-csv=%s" ($fed.data.podsCsv | quote)) -}}
+{{- else if .Values.recorder.enabled -}}
+{{- $parts = append $parts "nodes-csv=\"/var/lib/fedsched/twin/nodes.csv\"" -}}
+{{- $parts = append $parts "pods-csv=\"/var/lib/fedsched/twin/pods.csv\"" -}}
 {{- end -}}
 {{- join " " $parts -}}
 {{- end -}}

@@ -19,7 +19,9 @@ memory usages remain approximately constant", hence the small memory amplitude).
 application level ``A`` makes a new pod of a known application predictable from its
 siblings' history: the share of the log-variance of a pod's level explained by its
 application is ``1 - pod_sigma^2 / sigma^2`` (92% for CPU, 88% for memory by default).
-A pod without an application (``PodTable.app == -1``) is an application of its own. CPU
+A pod without an application (``PodTable.app == -1``) is an application of its own. A pod
+whose use was measured (``PodTable.cpu_use`` / ``mem_use``: a recording of a real cluster, its
+own mean or its application's use per request) has that measured mean as ``base_r`` instead. CPU
 and memory levels are correlated (``usage_cpu_mem_corr``, in both parts). ``eps_r`` is a
 stationary AR(1) process stepped at each tick, ``eps <- rho eps + sqrt(1 - rho^2) sigma z``
 with ``rho = exp(-usage_tick_s / usage_noise_tau_s)`` (``tau`` = 60 s: flicker on the scale
@@ -297,6 +299,11 @@ class UsageModel:
         pf = self._pf = np.zeros((_NROWS, n_pods))
         pf[_BASE] = cpu_nz * per_class(cfg.usage_cpu_median)[qos] * levels[0]
         pf[_BASE + 1] = mem_nz * per_class(cfg.usage_mem_median)[qos] * levels[1]
+        # A recorded pod runs at its measured mean use (PodTable.cpu_use / mem_use) where known.
+        for r, measured in ((0, pods.cpu_use), (1, pods.mem_use)):
+            known_use = np.isfinite(measured)
+            if known_use.any():
+                pf[_BASE + r] = np.where(known_use, measured, pf[_BASE + r])
         pf[_AMP] = pf[_BASE] * per_class(cfg.usage_amp_cpu)[qos]
         pf[_AMP + 1] = pf[_BASE + 1] * per_class(cfg.usage_amp_mem)[qos]
         pf[_MAX] = cpu_lim

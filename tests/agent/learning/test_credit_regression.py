@@ -159,3 +159,26 @@ def test_several_tie_weights_need_the_validation_that_chooses_between_them(tmp_p
     recipe.tie_weights = (0.3, 1.0)
     with pytest.raises(ValueError, match="several tie weights"):
         train(recipe, tmp_path / "run")
+
+
+def test_the_credit_horizon_flag_reaches_the_recipe_and_its_reproduce_command(monkeypatch, capsys, tmp_path):
+    from fedsched.agent.learning import online
+
+    seen = {}
+
+    def fake_train(recipe, out, **_):  # the parsed recipe, without the run
+        seen["recipe"] = recipe
+        return {"checkpoint": str(out / "checkpoint.pt"), "samples": 0, "wall_s": 0.0}
+
+    monkeypatch.setattr(online, "train", fake_train)
+    assert online.main(["--out", str(tmp_path), "--horizon", "7200", "--no-validate"]) == 0
+    recipe = seen["recipe"]
+    assert recipe.reward.node_horizon_s == 7200.0
+    assert online._collection_key(recipe)["horizon_s"] == 7200.0  # kept decisions are per horizon
+    assert "--horizon 7200" in online._flags(recipe)
+    assert online.main(["--out", str(tmp_path), "--no-validate"]) == 0
+    assert seen["recipe"].reward.node_horizon_s == 1800.0  # the default: 30 minutes
+    for bad in ("0", "-5", "nan"):
+        with pytest.raises(SystemExit):
+            online.main(["--out", str(tmp_path), "--horizon", bad])
+        assert "--horizon" in capsys.readouterr().err

@@ -35,7 +35,7 @@ def assert_nodes_equal(a: NodeTable, b: NodeTable) -> None:
 def assert_pods_equal(a: PodTable, b: PodTable) -> None:
     assert a.names == b.names
     for f in ("cpu", "mem", "num_gpu", "gpu_milli", "spec_mask", "qos", "creation", "deletion",
-              "disk_io", "net", "app", "cpu_limit", "mem_limit"):
+              "disk_io", "net", "app", "cpu_limit", "mem_limit", "cpu_use", "mem_use"):
         x, y = getattr(a, f), getattr(b, f)
         assert x.dtype == y.dtype, f
         np.testing.assert_array_equal(x, y, err_msg=f)  # NaN == NaN here
@@ -142,7 +142,8 @@ def test_csv_round_trip(tmp_path, name: str, seed: int) -> None:
     assert pods_path == tmp_path / "sub" / f"{name}{seed}_pods.csv"
     header = pods_path.read_text().splitlines()[0]
     assert header == ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,creation_time,"
-                      "deletion_time,disk_io_mbps,net_mbps,app,cpu_limit_milli,memory_limit_mib")
+                      "deletion_time,disk_io_mbps,net_mbps,app,cpu_limit_milli,memory_limit_mib,"
+                      "cpu_use_milli,memory_use_mib")
     assert nodes_path.read_text().splitlines()[0] == "sn,cpu_milli,memory_mib,gpu,model,disk_io_mbps,net_mbps"
     loaded_nodes = load_nodes(nodes_path)
     assert_nodes_equal(nodes, loaded_nodes)

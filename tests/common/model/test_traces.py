@@ -415,6 +415,24 @@ def test_app_owner_and_limit_columns(tmp_path, nodes) -> None:
     np.testing.assert_array_equal(load_pods(q, nodes).app, [0, 0])  # 'owner' is an alias
 
 
+def test_measured_use_columns_of_a_recording(tmp_path, nodes) -> None:
+    # own mean use first, else the application's use per non-zero request times the pod's
+    # non-zero request (100 milli / 200 MiB for a pod that requests none), else unknown
+    header = POD_HEADER + ",cpu_use_milli,memory_use_mib,app_cpu_use_ratio,app_mem_use_ratio"
+    p = write(tmp_path / "p.csv", header,
+              ["p0,1000,1024,0,0,,LS,0,,300,700,0.5,0.5",
+               "p1,1000,1024,0,0,,LS,0,,,,0.5,0.25",
+               "p2,0,0,0,0,,BE,0,,,,2,3",
+               "p3,1000,1024,0,0,,LS,0,,,,,"])
+    pods = load_pods(p, nodes)
+    np.testing.assert_array_equal(pods.cpu_use[:3], [300.0, 500.0, 200.0])
+    np.testing.assert_array_equal(pods.mem_use[:3], [700.0, 256.0, 600.0])
+    assert np.isnan(pods.cpu_use[3]) and np.isnan(pods.mem_use[3])
+    bad = write(tmp_path / "b.csv", POD_HEADER + ",cpu_use_milli", ["p0,1000,1024,0,0,,,,,-3"])
+    expect_error(lambda: load_pods(bad, nodes), bad, line=2, column="cpu_use_milli", match="negative")
+    assert np.isnan(load_pods(write(tmp_path / "o.csv", POD_HEADER, ["p0,1,1,0,0,,,,"]), nodes).cpu_use).all()
+
+
 def test_limit_below_request_is_an_error(tmp_path, nodes) -> None:
     p = write(tmp_path / "p.csv", POD_HEADER + ",cpu_limit_milli", ["p0,1000,1024,0,0,,,,,500"])
     expect_error(lambda: load_pods(p, nodes), p, line=2, column="cpu_limit_milli",

@@ -243,3 +243,28 @@ def test_synthetic_and_openb_pods_get_application_levels() -> None:
         multi = np.flatnonzero(sizes >= 2)
         within = np.mean([lvl[p_.app == a].var() for a in multi[:300]])
         assert within < 0.25 * lvl.var()  # pod spread 0.35^2 against 1.25^2 in total
+
+
+def test_measured_use_sets_a_recorded_pods_level_and_leaves_the_others_drawn() -> None:
+    # A recording (fedsched record) carries measured mean use: those pods run at it; the others
+    # keep exactly the level the model draws for them without any measurement.
+    rng = np.random.default_rng(4)
+    n = 200
+    nodes = nodes_of([10**6] * 2, [10**7] * 2)
+    pods = pods_of(rng.choice([500, 1000], n), rng.choice([256, 1024], n), np.full(n, BURSTABLE),
+                   app=rng.integers(0, 20, n))
+    cpu_use, mem_use = np.full(n, np.nan), np.full(n, np.nan)
+    cpu_use[:50], mem_use[:50] = 700.0, 300.0
+    recorded = PodTable(**{**pods.__dict__, "cpu_use": cpu_use, "mem_use": mem_use})
+    cfg = ReplayConfig(**CALM, usage_noise_cpu=0.0, usage_noise_mem=0.0, usage_amp_cpu=(0.0,) * 4,
+                       usage_amp_mem=(0.0,) * 4, horizon_s=600.0)
+    drawn = ReplaySimulator(nodes, pods, config=cfg, seed=2).usage._pf
+    sim = run(nodes, recorded, cfg, seed=2)
+    np.testing.assert_array_equal(sim.usage._pf[_BASE, :50], 700.0)
+    np.testing.assert_array_equal(sim.usage._pf[_BASE + 1, :50], 300.0)
+    np.testing.assert_array_equal(sim.usage._pf[_BASE:_BASE + 2, 50:], drawn[_BASE:_BASE + 2, 50:])
+    # with no cycle and no noise a measured pod's use is its measured mean (under its 2x limit)
+    np.testing.assert_allclose(sim.use_sum[0, :50] / sim.ticks[:50], 700.0)
+    assert PodTable(**{**pods.__dict__}).cpu_use.shape == (n,) and np.isnan(pods.cpu_use).all()
+    assert np.isnan(recorded.select(np.arange(50, 60)).cpu_use).all()
+    assert (recorded.select(np.arange(10)).mem_use == 300.0).all()
