@@ -110,15 +110,16 @@ class Hub:
         return link
 
     def start_supernode(self, name: str, node_config: Mapping[str, object],
-                        env: Mapping[str, str] | None = None) -> MemberLink:
-        """Member ``name``'s SuperNode through its sidecar with ``node_config``."""
+                        env: Mapping[str, str] | None = None, extra: tuple[str, ...] = ()) -> MemberLink:
+        """Member ``name``'s SuperNode through its sidecar with ``node_config`` (``extra``: more
+        ``flower-supernode`` arguments)."""
         link = self.members[name]
         proc, log = self.procs.start(f"supernode-{name}", [
             str(BIN / "flower-supernode"), "--superlink", f"{HOST}:{link.sidecar_port}",
             "--root-certificates", str(self.certs / certs.CA_CRT),
             "--auth-supernode-private-key", str(link.key),
             "--node-config", node_config_arg(node_config),
-            "--host", HOST, "--port", str(free_port()),
+            "--host", HOST, "--port", str(free_port()), *extra,
         ], env={**self.node_env, **(env or {})})
         link.supernode, link.log = proc, log
         return link

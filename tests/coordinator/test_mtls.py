@@ -6,7 +6,7 @@ Everything runs on loopback ports picked at start-up::
     flwr CLI (run / ls / supernode register) --TLS--> flower-superlink (Control API, hub side only)
 
 The SuperLink has SuperNode authentication on; both SuperNodes' EC keys are registered with
-``flwr supernode register``. Two federated rounds of the fedsched app run through this path;
+``flwr supernode register``. The hub is the one the fleet starts (``fedsched.experiment.hub``). Two federated rounds of the fedsched app run through this path;
 then the ingress must refuse a member without a client certificate, with a certificate of
 another CA, with an expired certificate, an unregistered SuperNode key, and any path outside
 the Fleet API (the Control API in particular). Skips only when nginx or stunnel is missing.
@@ -16,67 +16,28 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import ssl
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bench.harness.ports import free_port
-from bench.harness.processes import Procs, tail
 from fedsched.common.security import certs
-from fedsched.coordinator.mtls import nginx_conf, stunnel_conf
-from tests.flower_support import (
-    BIN,
-    FLOWER_ENV,
-    HOST,
-    NGINX,
-    STUNNEL,
-    ec_auth_key,
-    flwr,
-    missing_tools,
-    wait_port,
-    write_connection,
-)
-from tests.flower_support import online_nodes as _online_nodes
-from tests.flower_support import wait_online as _wait_online
+from fedsched.experiment.flower import BIN, HOST, ec_auth_key, missing_tools
+from fedsched.experiment.flower import online_nodes as _online_nodes
+from fedsched.experiment.hub import Hub, MemberLink, start_hub
+from fedsched.experiment.processes import tail
 from tests.paths import REPO
 
 APP_DIR = REPO
 
 pytestmark = [pytest.mark.skipif(bool(missing_tools()), reason="; ".join(missing_tools()))]
 
+MEMBERS = ("cluster-a", "cluster-b")
 RUN_TIMEOUT = 150  # flwr run of 2 tiny rounds (about 40 s here)
 RUN_CONFIG = {"num-server-rounds": 2, "min-nodes": 2, "local-decisions": 20, "scarce-decisions": 10,
               "local-epochs": 1}
-
-
-@dataclass
-class Hub:
-    root: Path
-    certs: Path
-    procs: Procs
-    superlink_port: int
-    ingress_port: int
-    sidecar_ports: dict[str, int]
-    flwr_env: dict[str, str]
-    node_env: dict[str, str]
-    nginx_dir: Path
-
-    def flwr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return flwr(self.flwr_env, self.root, *args, timeout=timeout)
-
-    def supernode(self, name: str, key: Path, sidecar: str, partition: int, *extra: str):
-        runtime_port = free_port()
-        return self.procs.start(name, [
-            str(BIN / "flower-supernode"), "--superlink", f"{HOST}:{self.sidecar_ports[sidecar]}",
-            "--root-certificates", str(self.certs / certs.CA_CRT),
-            "--auth-supernode-private-key", str(key),
-            "--node-config", f"partition-id={partition} num-partitions=2",
-            "--host", HOST, "--port", str(runtime_port), *extra,
-        ], env=self.node_env)
 
 
 def https(port: int, path: str, *, cert: certs.CertFiles | None = None, ca: Path, method: str = "POST",
@@ -95,72 +56,13 @@ def https(port: int, path: str, *, cert: certs.CertFiles | None = None, ca: Path
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory) -> Hub:
-    root = tmp_path_factory.mktemp("mtls")
-    cdir, logs = root / "certs", root / "logs"
-    logs.mkdir()
-    certs.init_ca(cdir, hub_hosts=["localhost"], hub_ips=[HOST])
-    for member in ("cluster-a", "cluster-b"):
-        certs.issue(cdir, member)  # the cluster's client certificate for the hub link
-        certs.issue(cdir, f"sidecar-{member[-1]}", kind="server", hosts=["localhost"], ips=[HOST])
-    procs = Procs(logs)
-    base_env = {**os.environ, **FLOWER_ENV}
-    try:
-        # SuperLink: TLS with the hub certificate, SuperNode authentication on.
-        sl_port = free_port()
-        sl_home = root / "superlink-home"
-        sl_home.mkdir()
-        sl, sl_log = procs.start("superlink", [
-            str(BIN / "flower-superlink"), "--ssl-ca-certfile", str(cdir / certs.CA_CRT),
-            "--ssl-certfile", str(cdir / certs.HUB_CRT), "--ssl-keyfile", str(cdir / certs.HUB_KEY),
-            "--enable-supernode-auth", "--disable-runtime-dependency-installation",
-            "--host", HOST, "--port", str(sl_port), "--database", str(root / "superlink.db"),
-        ], env={**base_env, "FLWR_HOME": str(sl_home)})
-        wait_port(sl_port, sl, sl_log)
-
-        # Hub ingress (nginx): mTLS, Fleet API only.
-        ingress_port = free_port()
-        ngx_dir = root / "nginx"
-        ngx_dir.mkdir()
-        conf = ngx_dir / "nginx.conf"
-        conf.write_text(nginx_conf(cdir, ingress_port, sl_port, ngx_dir,
-                                   user="root" if os.geteuid() == 0 else None))
-        ngx, _ = procs.start("nginx", [NGINX, "-p", str(ngx_dir), "-e", str(ngx_dir / "error.log"),
-                                             "-c", str(conf), "-g", "daemon off;"])
-        wait_port(ingress_port, ngx, ngx_dir / "error.log")
-
-        # One sidecar per member: TLS in from its SuperNode, mTLS out with the cluster's certificate.
-        sidecars = {}
-        for member in ("a", "b"):
-            port, hop = free_port(), free_port()
-            sdir = root / f"stunnel-{member}"
-            sdir.mkdir()
-            client, server = certs.leaf_files(cdir, f"cluster-{member}"), certs.leaf_files(
-                cdir, f"sidecar-{member}", "server")
-            (sdir / "stunnel.conf").write_text(stunnel_conf(
-                client.cert, client.key, cdir / certs.CA_CRT, port, f"{HOST}:{ingress_port}", sdir,
-                server_cert=server.cert, server_key=server.key, hop_port=hop))
-            st, _ = procs.start(f"stunnel-{member}", [STUNNEL, str(sdir / "stunnel.conf")])
-            wait_port(port, st, sdir / "stunnel.log")
-            sidecars[member] = port
-
-        # The hub operator's flwr CLI: private FLWR_HOME whose connection is the SuperLink's Control API.
-        home = root / "flwr-home"
-        write_connection(home, f"{HOST}:{sl_port}", cdir / certs.CA_CRT)
-        node_env = {**base_env, "FLWR_HOME": str(root / "supernode-home")}
-        h = Hub(root=root, certs=cdir, procs=procs, superlink_port=sl_port, ingress_port=ingress_port,
-                sidecar_ports=sidecars, flwr_env={**base_env, "FLWR_HOME": str(home)}, node_env=node_env,
-                nginx_dir=ngx_dir)
-        keys = root / "keys"
-        keys.mkdir()
-        for i, member in enumerate(("a", "b")):
-            priv, pub = ec_auth_key(keys, f"supernode-{member}")
-            reg = h.flwr("supernode", "register", str(pub), "hub", "--format", "json")
-            assert reg.returncode == 0, f"flwr supernode register failed:\n{reg.stdout}\n{reg.stderr}"
-            h.supernode(f"supernode-{member}", priv, member, i)
+def hub(tmp_path_factory) -> Iterator[Hub]:
+    """The hub the fleet runs (``fedsched.experiment.hub``) with two members, cluster-a and cluster-b."""
+    with start_hub(tmp_path_factory.mktemp("mtls")) as h:
+        for i, member in enumerate(MEMBERS):
+            h.link(member)
+            h.start_supernode(member, {"partition-id": i, "num-partitions": len(MEMBERS)})
         yield h
-    finally:
-        procs.stop_all()
 
 
 def online_nodes(hub: Hub) -> list[dict]:
@@ -168,7 +70,7 @@ def online_nodes(hub: Hub) -> list[dict]:
 
 
 def wait_members_online(hub: Hub) -> None:
-    _wait_online(hub.flwr_env, hub.root, 2, [hub.procs.logs / "supernode-a.log", hub.nginx_dir / "error.log"])
+    hub.wait_online(len(MEMBERS))
 
 
 def test_two_rounds_through_the_mtls_path(hub: Hub) -> None:
@@ -241,7 +143,11 @@ def test_ingress_exposes_only_the_fleet_api(hub: Hub) -> None:
 def test_unregistered_supernode_key_is_refused(hub: Hub) -> None:
     priv, _pub = ec_auth_key(hub.root / "keys", "supernode-rogue")  # never registered
     wait_members_online(hub)
-    proc, log = hub.supernode("supernode-rogue", priv, "a", 0, "--max-retries", "1", "--max-wait-time", "15")
+    hub.members["rogue"] = MemberLink("rogue", hub.members["cluster-a"].sidecar_port, priv)  # sidecar a
+    link = hub.start_supernode("rogue", {"partition-id": 0, "num-partitions": len(MEMBERS)},
+                               extra=("--max-retries", "1", "--max-wait-time", "15"))
+    proc, log = link.supernode, link.log
+    assert proc is not None and log is not None
     try:
         proc.wait(timeout=40)
     except subprocess.TimeoutExpired:
