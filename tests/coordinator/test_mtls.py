@@ -6,7 +6,8 @@ Everything runs on loopback ports picked at start-up::
     flwr CLI (run / ls / supernode register) --TLS--> flower-superlink (Control API, hub side only)
 
 The SuperLink has SuperNode authentication on; both SuperNodes' EC keys are registered with
-``flwr supernode register``. The hub is the one the fleet starts (``fedsched.experiment.hub``). Two federated rounds of the fedsched app run through this path;
+``flwr supernode register``. The hub is the one the fleet starts (``fedsched.experiment.hub``).
+Two federated rounds of the fedsched app run through this path;
 then the ingress must refuse a member without a client certificate, with a certificate of
 another CA, with an expired certificate, an unregistered SuperNode key, and any path outside
 the Fleet API (the Control API in particular). Skips only when nginx or stunnel is missing.
