@@ -5,8 +5,8 @@ kube-apiserver, kube-scheduler with the agent's extender profile, kwok's nodes a
 lifecycles, a real Prometheus, ``fedsched serve`` in shadow (it answers kube-default's scores,
 so the real scheduler decides as kube-default plus its own plugins) and ``fedsched record``
 beside it. The twin is what the member's validation replays: the recorder's ``nodes.csv`` and
-``pods.csv`` through the simulator, as recorded (arrivals, lifetimes and measured use; no jitter,
-no node failures).
+``pods.csv`` through the simulator, as recorded (arrivals, lifetimes without the recorded waits
+for a node as the member's twin takes them, and measured use; no jitter, no node failures).
 
 Figures (printed, and with ``--json``):
 
@@ -14,7 +14,8 @@ Figures (printed, and with ``--json``):
   replayed in order (the simulator binds each pod where the real scheduler did), and at each
   decision the real node is checked against the simulator's kube-default on the same state:
   the same node as its pick, and among its best-scored nodes (kube-scheduler breaks ties at
-  random, so the tie set is the fair test);
+  random, so the tie set is the fair test); each pod once, when the real node has room for it
+  in the replay (until then it waits: the attempts are counted);
 - **free replay**: the simulator's kube-default schedules the twin itself (with kwok's constant
   use per pod, and with the usage model's daily cycle and noise as the gate's twin runs it); the
   share of pods on the same node as in reality, and pending time (creation to scheduling) and hot
@@ -29,6 +30,7 @@ Needs what the fleet needs: ``bash scripts/build_k8s.sh`` (kwok included) and Pr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import sys
@@ -38,8 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fedsched.common.federation.members import without_recorded_waits
 from fedsched.common.model.traces import load_nodes, load_pods
 from fedsched.common.schedulers import place
+from fedsched.common.schedulers.base import Placement
 from fedsched.common.schedulers.kube_default import KubeDefault
 from fedsched.common.sim.replay import ReplayConfig, ReplaySimulator
 from fedsched.experiment import fleet
@@ -75,23 +79,30 @@ def replay(nodes, pods, real: dict[str, tuple[str, float]], cfg: ReplayConfig, *
     sim = ReplaySimulator(nodes, pods, config=cfg, seed=0)
     kd = KubeDefault()
     node_id = {n: i for i, n in enumerate(nodes.names)}
-    same = tied = checked = 0
+    same = tied = checked = waits = 0
+    judged: set[int] = set()
     while (d := sim.next_pod()) is not None:
         pod, state = d
-        best = kd.top_nodes(state, pod)
-        pick = place(kd, state, pod, sim.rng)
         target = real.get(pods.names[pod.index])
         rid = node_id.get(target[0], -1) if target is not None else -1
-        if rid >= 0:
+        if forced and rid >= 0:
+            put = place(kd, state, pod, sim.rng, candidates=np.array([rid]))
+            if put.node != rid:  # the real node has no room yet here: the pod waits, not judged
+                waits += 1
+                sim.bind(Placement(-1))
+                continue
+        best = kd.top_nodes(state, pod)
+        pick = place(kd, state, pod, sim.rng)
+        if rid >= 0 and pod.index not in judged:  # each pod once: its binding (forced) or first pick
+            judged.add(pod.index)
             checked += 1
             same += int(pick.node == rid)
             tied += int(rid in {int(b) for b in best})
-        if forced and rid >= 0 and pick.node != rid:
-            put = place(kd, state, pod, sim.rng, candidates=np.array([rid]))
-            pick = put if put.node == rid else pick
-        sim.bind(pick)
+        sim.bind(put if forced and rid >= 0 else pick)
     m = sim.finish().metrics
     agree = {"decisions": checked, "same_node": same / max(checked, 1), "among_best": tied / max(checked, 1)}
+    if forced:
+        agree["attempts_waiting_for_the_real_node"] = waits
     keys = ("hot_cpu_node_s", "pending_mean_s", "pending_p99_s", "failed_pods")
     return agree, {k: float(m[k]) for k in keys}
 
@@ -105,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lifetime-scale", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="keep the member's directory (its recording in OUT/m/twin, its logs) here")
     a = ap.parse_args(argv)
     nodes, pods = fleet.load_inventory(a.profile, a.nodes, a.pods, a.seed)
     creation = np.nan_to_num(pods.creation.astype(float), nan=0.0)
@@ -113,14 +126,16 @@ def main(argv: list[str] | None = None) -> int:
     work = fleet.Workload.from_trace(nodes, pods, speed, a.seed)
     work.lifetime *= a.lifetime_scale
     t0 = time.monotonic()
-    with (tempfile.TemporaryDirectory() as tmp,
-          fleet.member_cluster(Path(tmp) / "m", "member-0", nodes) as member):
+    with contextlib.ExitStack() as stack:
+        root = a.out or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        member = stack.enter_context(fleet.member_cluster(root / "m", "member-0", nodes))
         tally = fleet.run_workload(member, work, a.minutes * 60 + 120, report_every=30)
         ran = time.monotonic() - t0
         real_trouble = fleet.trouble(member, ran)
         time.sleep(7)  # the recorder's last flush (every 5 s in the fleet)
         twin_nodes = load_nodes(member.twin / "nodes.csv")
-        twin_pods = load_pods(member.twin / "pods.csv", twin_nodes, allow_oversized=True)
+        recorded = load_pods(member.twin / "pods.csv", twin_nodes, allow_oversized=True)
+        twin_pods = without_recorded_waits(recorded, member.twin / "pods.csv")  # as the member's twin
         real = recorded_bindings(member.twin / "pods.csv")
     cfg = ReplayConfig(**AS_RECORDED, **CONSTANT_USE)
     bindings, _ = replay(twin_nodes, twin_pods, real, cfg, forced=True)

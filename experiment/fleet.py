@@ -31,14 +31,18 @@ directory; every component's log kept there):
 
 The hub (:mod:`.hub`): a SuperLink with SuperNode authentication behind the mutual-TLS gateway,
 and per member a stunnel sidecar and a registered SuperNode whose node config names the member's
-decision log, its recorded twin and the served policy's path. :func:`federate` runs ``--rounds``
+decision log, its recorded twin with the clock it was recorded on (``recording-speed``: the
+workload's ``--speed``, so the twin judges it on the trace's time scale) and the served policy's
+path. :func:`federate` runs ``--rounds``
 rounds of the fedsched app after ``--warmup`` seconds of workload: each member learns from its
 log's outcomes, uploads over mutual TLS, the hub aggregates, the member writes its personalised
 policy with the evidence of its twin, ``fedsched serve`` hot-reloads it and the gate decides.
 It prints each served-policy change with the gate's verdict and reason as it happens, each
 round's uploads (bytes, INT8 against fp32) and the hub's central trouble score, and a summary:
 pods bound and completed, decisions with outcomes, what the telemetry saw, the served policy
-and its verdict, the real run's trouble figures from Prometheus (:func:`trouble`), the bytes.
+and its verdict, the agent's decisions by mode and source of the scores (``active/policy``: the
+policy's scores reached kube-scheduler), the real run's trouble figures from Prometheus
+(:func:`trouble`), the bytes.
 
 May import ``fedsched.common``, ``fedsched.agent`` and ``fedsched.coordinator`` (the experiment
 package's rule); starts ``fedsched serve``, ``fedsched record`` and the Flower CLIs as processes.
@@ -122,6 +126,7 @@ class Workload:
     lifetime: np.ndarray
     cpu_use: np.ndarray  # milli
     mem_use: np.ndarray  # MiB
+    speed: float = 1.0  # trace seconds per wall second (the twin stretches its recording back by it)
 
     @classmethod
     def from_trace(cls, nodes: NodeTable, pods: PodTable, speed: float, seed: int,
@@ -135,7 +140,7 @@ class Workload:
         creation, life = creation[order], life[order]
         cpu, mem = ReplaySimulator(nodes, pods, seed=seed).expected_use(np.arange(len(pods)))
         arrival = (creation - creation.min(initial=0.0)) / speed
-        return cls(pods, arrival, np.maximum(life / speed, 2.0), cpu, mem)
+        return cls(pods, arrival, np.maximum(life / speed, 2.0), cpu, mem, speed)
 
 
 # ---- the member cluster -------------------------------------------------------------------------
@@ -366,9 +371,10 @@ def decision_log_summary(member: Member) -> dict[str, object]:
 
 def served_state(member: Member) -> dict[str, object]:
     """What the agent serves now, from its /metrics: the model version, the gate's verdict
-    (active or shadow, its reason) and the reloads so far."""
+    (active or shadow, its reason), the reloads so far, and the decisions so far by mode and
+    source of the scores kube-scheduler got (``active/policy``: the policy's)."""
     text = member.agent_get("/metrics")
-    out: dict[str, object] = {"version": "", "active": None, "reason": "", "reloads": 0.0}
+    out: dict[str, object] = {"version": "", "active": None, "reason": "", "reloads": 0.0, "decisions": {}}
     if m := re.search(r'^fedsched_model_info\{model_version="([^"]*)"', text, re.M):
         out["version"] = m.group(1)
     for m in re.finditer(r'^fedsched_policy_active\{([^}]*)\} (\S+)$', text, re.M):
@@ -377,6 +383,12 @@ def served_state(member: Member) -> dict[str, object]:
             out["active"], out["reason"] = float(m.group(2)) == 1.0, labels.get("reason", "")
     out["reloads"] = sum(float(v) for v in re.findall(
         r'^fedsched_model_reloads_total\{[^}]*result="ok"[^}]*\} (\S+)$', text, re.M))
+    decisions: dict[str, float] = {}
+    for m in re.finditer(r'^fedsched_decisions_total\{([^}]*)\} (\S+)$', text, re.M):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        key = f"{labels.get('mode', '')}/{labels.get('source', '')}"
+        decisions[key] = decisions.get(key, 0.0) + float(m.group(2))
+    out["decisions"] = decisions  # over every model version; active/policy: the policy's scores
     return out
 
 
@@ -401,12 +413,14 @@ def federate(members: list[Member], hub: Hub, works: list[Workload], rounds: int
     root.mkdir(parents=True, exist_ok=True)
     for i, (member, work) in enumerate(zip(members, works, strict=True)):
         twin_nodes, twin_pods = member.twin / "nodes.csv", member.twin / "pods.csv"
+        speed = work.speed  # the recording ran on the compressed clock
         if not (twin_nodes.exists() and twin_pods.exists()):
             twin_nodes, twin_pods = write_csvs(member.nodes, work.pods, root / "twin", member.name)
+            speed = 1.0  # the trace itself: its own clock
         hub.link(member.name)
         hub.start_supernode(member.name, {
             "cluster-name": member.name, "nodes-csv": str(twin_nodes), "pods-csv": str(twin_pods),
-            "decision-log": str(member.decision_log), "window": window,
+            "recording-speed": speed, "decision-log": str(member.decision_log), "window": window,
             "serve-policy": str(member.served_policy), "partition-id": i})
     hub.wait_online(len(members))
     cfg = {"num-server-rounds": rounds, "min-nodes": len(members), "mode": "online", "local-epochs": 1,

@@ -4,11 +4,15 @@ logged them).
 
 The node credit (``RewardConfig.node_horizon_s``, ``agent/learning/env.py``) charges a replay
 decision its chosen node's hot CPU minutes, throttled CPU core-minutes and the OOM kills of the
-pod it placed over the horizon after the bind. Logged under a behaviour policy that explores
-(at each decision one of several heuristics, or a random feasible node), the pairs (features of
-the candidates, chosen node, its credit) estimate ``Q(state, node)``: the expected cost of
-putting this pod on this node when the rest of the schedule follows the behaviour policy. The
-node-scoring network is fitted so that its logit of the chosen node regresses onto
+pod it placed over the horizon after the bind; with ``RewardConfig.throttle_credit = "pod"`` the
+throttling charged is instead the placed pod's own throttled CPU core-minutes over that run of it
+within the horizon (its share of its node's demand above capacity: what it caused and suffered,
+not what other pods on the node did later), priced by the same ``node_throttled`` weight.
+Logged under a behaviour policy that explores (at each decision one of several heuristics, or a
+random feasible node), the pairs (features of the candidates, chosen node, its credit) estimate
+``Q(state, node)``: the expected cost of putting this pod on this node when the rest of the
+schedule follows the behaviour policy. The node-scoring network is fitted so that its logit of
+the chosen node regresses onto
 
     target = -log(1 - credit) + tie_weight * kube_default_score / 100
 
@@ -157,7 +161,8 @@ def collect_credited(envs: Sequence[SchedulingEnv], behaviours: Sequence[Schedul
 
 def trouble_weights(reference: Mapping[str, float], decisions: int, starts: float) -> dict[str, float]:
     """Node-credit weights (``RewardConfig.node_hot`` per hot node-minute, ``node_throttled``
-    per throttled core-minute, ``node_oom`` per OOM kill) under which a decision's credit is its
+    per throttled core-minute, the node's or the pod's (``throttle_credit``), ``node_oom`` per
+    OOM kill) under which a decision's credit is its
     share of the trouble score, times the ``decisions`` of the run.
 
     The trouble score (``fedsched.common.model.metrics.trouble_score``) is the mean over its

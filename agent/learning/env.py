@@ -34,13 +34,22 @@ overload and load-variance terms charge a decision for whatever happened anywher
 previous one, which says little about the decision itself. With node credit, each decision
 is instead charged its *own chosen node's* outcome over the horizon after its bind: the
 node's hot CPU minutes and throttled CPU core-minutes (the online metrics' per-node counters,
-``LoadMetrics.node_hot_s`` / ``node_throttled``) and the OOM kills of the pod it placed. The
-credit is known only once the horizon has passed, so a step's ``info`` carries its decision's
-serial (``info["decision"]``) and the credits that matured at that step (``info["credits"]``,
-``(serial, reward)`` pairs; every open decision matures at the episode's end);
-:meth:`SchedulingEnv.open_credits` gives what still-open decisions have earned so far. PPO adds
-each credit to the reward of the step that took the decision. The step's own reward keeps the
-queue terms (pending time, SLA, failed placements) and fragmentation.
+``LoadMetrics.node_hot_s`` / ``node_throttled``) and the OOM kills of the pod it placed. What
+throttling is charged is ``RewardConfig.throttle_credit``: ``"node"`` (the default) the chosen
+node's, whoever's demand caused it (over hours mostly other decisions' doing); ``"pod"`` the
+placed pod's own throttled CPU core-minutes (``ReplaySimulator.pod_throttled_core_s``: its share
+of its node's demand above capacity) from the bind until the horizon has passed or that run of
+the pod ends (completion, eviction, OOM kill; a later run after a new bind is that bind's),
+whichever comes first; the hot minutes and OOM kills are charged as with ``"node"``, and both
+throttling charges are priced by ``node_throttled``. A best-effort pod under the idle-capacity
+cap is never throttled in this sense (the usage model's docstring), so ``"pod"`` charges its
+placement for hot minutes and OOM kills only. The credit is known only once the horizon has
+passed, so a step's ``info`` carries its decision's serial (``info["decision"]``) and the
+credits that matured at that step (``info["credits"]``, ``(serial, reward)`` pairs; every open
+decision matures at the episode's end); :meth:`SchedulingEnv.open_credits` gives what still-open
+decisions have earned so far. PPO adds each credit to the reward of the step that took the
+decision. The step's own reward keeps the queue terms (pending time, SLA, failed placements) and
+fragmentation.
 """
 
 from __future__ import annotations
@@ -67,6 +76,7 @@ from fedsched.common.schedulers.kube_default import KubeDefault
 from fedsched.common.sim.packing import PackingSimulator
 
 OBS_BOUND = 100.0  # features are clipped to [-OBS_BOUND, OBS_BOUND]
+THROTTLE_CREDITS = ("node", "pod")  # RewardConfig.throttle_credit
 
 
 @dataclass
@@ -104,6 +114,10 @@ class RewardConfig:
     """replay node credit: - CPU core-minutes throttled on the chosen node"""
     node_oom: float = 2.0
     """replay node credit: - OOM kills of the placed pod"""
+    throttle_credit: str = "node"
+    """replay node credit: whose throttled CPU ``node_throttled`` charges: ``"node"`` the chosen
+    node's over the horizon, ``"pod"`` the placed pod's own from its bind until the horizon has
+    passed or that run of it ends (module docstring)"""
 
     invalid_action: float = 1.0
     """both: - per action on a masked node (then kube-default decides)"""
@@ -161,6 +175,8 @@ class SchedulingEnv(gym.Env):
         self._serial = 0
         self._open = []
         self._node_credit = cfg.mode == "replay" and cfg.reward.node_horizon_s > 0
+        if cfg.reward.throttle_credit not in THROTTLE_CREDITS:
+            raise ValueError(f"unknown throttle_credit {cfg.reward.throttle_credit!r}: expected node or pod")
 
     # ---- gym API ---------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -178,7 +194,7 @@ class SchedulingEnv(gym.Env):
             self.sim = ReplaySimulator(self.cluster_nodes, self.pool, config=ReplayConfig(**self.cfg.replay),
                                        seed=run_seed, typical=self.typical)
         self._stats = self._snapshot()
-        self._open: list[tuple] = []
+        self._open: list[list] = []
         self._serial = 0  # decisions of this episode (every open one matures at its end)
         self.episode_return = 0.0
         reward_before = self._advance()
@@ -228,20 +244,47 @@ class SchedulingEnv(gym.Env):
 
     # ---- node credit (RewardConfig.node_horizon_s) -----------------------------------------
     def _open_decision(self, serial: int, node: int, pod: int) -> None:
-        lm = self.sim.load_metrics
-        self._open.append((serial, node, pod, self.sim.now, float(lm.node_hot_s[node]),
-                           float(lm.node_throttled[node]), self.sim.oom_kills_of(pod)))
+        """An open decision: ``[serial, node, pod, bind time, hot0, thr0, oom0, releases0, thr_end]``;
+        ``thr0`` the chosen node's throttled core-seconds then (``"node"``) or the pod's own
+        (``"pod"``, with ``releases0`` its releases so far and ``thr_end`` its throttling when that
+        run ended, None while it runs)."""
+        sim = self.sim
+        lm = sim.load_metrics
+        if self.cfg.reward.throttle_credit == "pod":
+            thr0, rel0 = float(sim.pod_throttled_core_s(pod)[0]), sim.releases_of(pod)
+        else:
+            thr0, rel0 = float(lm.node_throttled[node]), -1
+        self._open.append([serial, node, pod, sim.now, float(lm.node_hot_s[node]), thr0,
+                           sim.oom_kills_of(pod), rel0, None])
 
-    def _credit(self, d: tuple) -> float:
-        _, node, pod, _, hot0, thr0, oom0 = d
+    def _throttled(self, d: list) -> float:
+        """Throttled core-seconds charged to open decision ``d`` so far."""
+        if d[7] < 0:  # "node"
+            return float(self.sim.load_metrics.node_throttled[d[1]]) - d[5]
+        return (d[8] if d[8] is not None else float(self.sim.pod_throttled_core_s(d[2])[0])) - d[5]
+
+    def _end_runs(self) -> None:
+        """``"pod"``: freeze the throttling of the decisions whose run of the pod has ended. Called
+        after the simulator advanced to a decision: a released pod runs again only after a new bind
+        and its start-up, so its total now is the one at its release."""
+        if self.cfg.reward.throttle_credit != "pod":
+            return
+        sim = self.sim
+        for d in self._open:
+            if d[8] is None and sim.releases_of(d[2]) != d[7]:
+                d[8] = float(sim.pod_throttled_core_s(d[2])[0])
+
+    def _credit(self, d: list) -> float:
+        _, node, pod, _, hot0, _, oom0, _, _ = d
         w, lm = self.cfg.reward, self.sim.load_metrics
         return -(w.node_hot * (float(lm.node_hot_s[node]) - hot0) / 60.0
-                 + w.node_throttled * (float(lm.node_throttled[node]) - thr0) / 60.0
+                 + w.node_throttled * self._throttled(d) / 60.0
                  + w.node_oom * (self.sim.oom_kills_of(pod) - oom0))
 
     def _mature(self, everything: bool = False) -> list[tuple[int, float]]:
         """Credits of the open decisions whose horizon has passed (all of them at the end)."""
         horizon, now = self.cfg.reward.node_horizon_s, self.sim.now
+        self._end_runs()
         out, keep = [], []
         for d in self._open:
             if everything or now >= d[3] + horizon:
@@ -254,7 +297,10 @@ class SchedulingEnv(gym.Env):
     def open_credits(self) -> list[tuple[int, float]]:
         """The credits the open decisions have earned so far (their horizon not yet over): what
         a trainer whose rollout ends now can give them. They stay open."""
-        return [(d[0], self._credit(d)) for d in self._open] if self._node_credit else []
+        if not self._node_credit:
+            return []
+        self._end_runs()
+        return [(d[0], self._credit(d)) for d in self._open]
 
     def clone(self, *, future: np.ndarray | None = None,
               features: FeatureBuilder | None = None) -> SchedulingEnv:
@@ -275,7 +321,7 @@ class SchedulingEnv(gym.Env):
             c.features = features
         c._mask = self._mask.copy()
         c._nodes = self._nodes.copy()
-        c._open = list(self._open)
+        c._open = [list(d) for d in self._open]
         c._stats = dict(self._stats)
         c._np_random = copy.deepcopy(self._np_random)
         return c

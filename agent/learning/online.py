@@ -28,7 +28,10 @@ Credit collection runs in ``--workers`` processes (or Ray tasks with ``--engine 
 machine or the Ray cluster ``RAY_ADDRESS`` names), each stepping its share of the environments;
 ``--data FILE`` keeps the collected decisions so that another fit (``--tie-weights``) needs no
 new collection. ``--credit-weights trouble`` (the default) prices each environment's node
-credit as the trouble score does on that cluster (``credit.trouble_weights``).
+credit as the trouble score does on that cluster (``credit.trouble_weights``). ``--horizon`` sets
+the credit's horizon and ``--throttle-credit`` whose throttling it charges a decision: ``node``
+(the default) the chosen node's, ``pod`` the placed pod's own (``RewardConfig.throttle_credit``);
+both are part of the key under which ``--data`` keeps decisions.
 
     python -m fedsched.agent.learning.online --out runs/online-policy [--samples N] ...
 
@@ -55,7 +58,7 @@ import numpy as np
 
 from fedsched.agent.learning.bc import BCConfig, collect, fit
 from fedsched.agent.learning.credit import BEHAVIOURS, CreditConfig, collect_credited, fit_credit
-from fedsched.agent.learning.env import EnvConfig, RewardConfig, SchedulingEnv
+from fedsched.agent.learning.env import THROTTLE_CREDITS, EnvConfig, RewardConfig, SchedulingEnv
 from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
 from fedsched.common.learning.checkpoint import data_hash, load_checkpoint, save_checkpoint
 from fedsched.common.learning.kinds import NODE_SCORING, kind_of
@@ -440,7 +443,10 @@ def _collection_key(recipe: OnlineRecipe) -> dict[str, Any]:
             "target_loads": list(recipe.target_loads), "scale": recipe.scale, "seed": recipe.seed,
             "credit_weights": recipe.credit_weights, "samples": c.samples, "explore": c.explore,
             "warmup": c.warmup, "credit_seed": c.seed, "workers": recipe.workers,
-            "horizon_s": recipe.reward.node_horizon_s}
+            "horizon_s": recipe.reward.node_horizon_s,
+            # only when not the default, so decisions kept before the option existed still match
+            **({} if recipe.reward.throttle_credit == "node"
+               else {"throttle_credit": recipe.reward.throttle_credit})}
 
 
 def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None = None,
@@ -577,7 +583,8 @@ def _flags(r: OnlineRecipe) -> list[str]:
             f"--scale {r.scale}", f"--workers {r.workers}", f"--engine {r.engine}",
             f"--tie-weights {','.join(f'{t:g}' for t in r.tie_weights)}",
             *([] if r.credit.size_buckets else ["--no-size-buckets"]),
-            f"--horizon {r.reward.node_horizon_s:g}", f"--seed {r.seed}"]
+            f"--horizon {r.reward.node_horizon_s:g}", f"--throttle-credit {r.reward.throttle_credit}",
+            f"--seed {r.seed}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -614,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--horizon", type=float, default=d.reward.node_horizon_s,
                     help="credit: seconds after a bind whose hot, throttled and OOM outcome on the chosen "
                          "node is charged to the decision (long enough to reach the daily peak: hours)")
+    ap.add_argument("--throttle-credit", default=d.reward.throttle_credit,
+                    help="credit: whose throttled CPU a decision is charged: node (the chosen node's over "
+                         "the horizon) or pod (the placed pod's own, until the horizon or its end)")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--no-validate", action="store_true", help="skip the held-out validation runs")
     a = ap.parse_args(argv)
@@ -627,6 +637,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--tie-weights: expected finite numbers >= 0, got {a.tie_weights!r}")
     if not math.isfinite(a.horizon) or a.horizon <= 0:
         ap.error(f"--horizon: expected seconds > 0, got {a.horizon:g}")
+    if a.throttle_credit not in THROTTLE_CREDITS:
+        ap.error(f"--throttle-credit: expected node or pod, got {a.throttle_credit!r}")
     recipe = OnlineRecipe(profiles=tuple(p for p in a.profiles.split(",") if p),
                           clusters_per_profile=a.clusters_per_profile, target_loads=loads,
                           method=a.method, teacher=a.teacher,
@@ -636,7 +648,8 @@ def main(argv: list[str] | None = None) -> int:
                           seed=a.seed, validate=not a.no_validate, ppo_steps=a.ppo_steps,
                           credit_weights=a.credit_weights, scale=a.scale, workers=max(1, a.workers),
                           tie_weights=ties, engine=a.engine,
-                          reward=replace(d.reward, node_horizon_s=a.horizon))
+                          reward=replace(d.reward, node_horizon_s=a.horizon,
+                                         throttle_credit=a.throttle_credit))
     try:
         summary = train(recipe, a.out, log=lambda m: print(m, file=sys.stderr, flush=True), init=a.init,
                         data_path=a.data)

@@ -241,10 +241,20 @@ class Decider:
         models.on_change = self._model_changed
         models.on_error = lambda reason, _msg: self.metrics.reloads.labels("error", reason).inc()
         self.warm_up()
+        self.publish_verdict(models.current)
 
     def _model_changed(self, model: LoadedModel) -> None:
         self.metrics.set_model(model.version, model.path)
         self.metrics.reloads.labels(result="ok", reason="").inc()
+        self.publish_verdict(model)
+
+    def publish_verdict(self, model: LoadedModel) -> None:
+        """The roll-out gate's verdict on ``model`` decided, logged and exported now (at start-up
+        and at each reload) where the cache knows the cluster's nodes, so that an operator sees
+        whether a new policy acts before the next pod arrives; else at the first request."""
+        cache = self.cache
+        if cache.synced and len(cache.index):
+            self.mode_for(model)
 
     def _profiles(self) -> tuple[str, ...]:
         """Every profile of the cluster's node inventory (a mixed cluster has several), recomputed

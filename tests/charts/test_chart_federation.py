@@ -76,6 +76,8 @@ RUN_TIMEOUT = 1200
 START_TIMEOUT = 300
 #: Small rounds: two of them, one member, a small central evaluation.
 RUN_CONFIG = "num-server-rounds=2 min-nodes=1 local-decisions=20 scarce-decisions=10 local-epochs=1"
+#: The span of the member's recorded pods, hours (see :func:`member_data`).
+MEMBER_TRACE_HOURS = 2.0
 
 
 @dataclass
@@ -101,11 +103,14 @@ def flower_env(loc: Localizer, c: dict[str, Any]) -> dict[str, str]:
 
 def member_data(data: Path, nodes_csv: Path, pods_csv: Path) -> None:
     """What a member's PVC holds after some time in shadow mode: its cluster (openb-schema CSVs)
-    and a decision log with outcomes, as tests/agent/federation/test_client_app.py builds them."""
+    and a decision log with outcomes, as tests/agent/federation/test_client_app.py builds them.
+    Its recent pods span two hours (the GPU profile's default is a week): every round the member
+    judges the policy it writes on its validation pods (the roll-out gate's evidence, replays of
+    their whole span); on a week of pods that took about 25 s a round, on two hours about 1 s."""
     from fedsched.common.model.synthetic import generate_cluster, write_csvs
     from tests.builders import log_with_outcomes
 
-    nodes, pods = generate_cluster("gpu", seed=3, n_nodes=16, n_pods=120)
+    nodes, pods = generate_cluster("gpu", seed=3, n_nodes=16, n_pods=120, trace_hours=MEMBER_TRACE_HOURS)
     n_csv, p_csv = write_csvs(nodes, pods, nodes_csv.parent, "member")
     n_csv.rename(nodes_csv)
     p_csv.rename(pods_csv)

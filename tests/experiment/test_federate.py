@@ -5,7 +5,8 @@ Checks that the ServerApp and ClientApp run two rounds end to end with INT8 uplo
 hub checkpoints every round, that members keep their local weights in their state
 directories, that a hub restarted with more rounds resumes without losing or repeating a
 round, that the main job's defaults are pyproject's ``[tool.flwr.app.config]``, and the whole
-job with its HTML report, tiny.
+job with its HTML report, tiny. The job runs once for the module (:func:`main_job`): the
+round, checkpoint and state checks and the resume use its FedAvg run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -60,14 +62,40 @@ def test_the_main_jobs_run_config_argument_parses_back_as_flwr_run_reads_it(tmp_
 
 
 TINY = dict(local_decisions=40, scarce_decisions=20, local_epochs=2, eval_seeds=2)
+#: The main job's settings: one FedAvg run (online mode) of the five members, two rounds, the late
+#: member (partition 4) joining at round 2. ``etas`` is no run-config value: the job's run is the
+#: run ``FederateConfig(clusters=5, rounds=2, late_round=2, strategies=("fedavg",), **TINY)`` starts.
+MAIN_JOB = FederateConfig(clusters=5, rounds=2, late_round=2, strategies=("fedavg",), etas=(0.0, 0.2, 1.0),
+                          **TINY)
 
 
-def test_two_rounds_then_resume_to_three(tmp_path):
+@dataclasses.dataclass
+class MainJob:
+    out: Path
+    report: dict
+    history: list[dict]  # the hub's rounds.json as the job left it (before any resume)
+    stopped_after: int  # local SuperLink processes still to stop right after the job returned
+
+
+@pytest.fixture(scope="module")
+def main_job(tmp_path_factory: pytest.TempPathFactory) -> MainJob:
+    """The main job end to end, tiny, once for this module: its FedAvg run (``flwr run``, two
+    rounds) is the run the resume test checks and then resumes (one ``flwr run`` of two rounds
+    fewer than two separate runs)."""
+    out = tmp_path_factory.mktemp("main-job") / "out"
+    report = federate(out, MAIN_JOB, REPO, progress=lambda m: None)
+    stopped_after = stop_local_superlink(out / "flwr-home")  # read now: the resume starts another
+    return MainJob(out, report, json.loads((out / "fedavg" / "hub" / "rounds.json").read_text()),
+                   stopped_after)
+
+
+def test_two_rounds_then_resume_to_three(main_job: MainJob):
     """Online mode: members learn from their own rewards, the late member (partition 4) joins at
-    round 2 and sends nothing before; the hub resumes to a third round."""
-    cfg = FederateConfig(clusters=5, rounds=2, late_round=2, strategies=("fedavg",), **TINY)
-    run_dir = run_flower(REPO, tmp_path, "fedavg", cfg, progress=lambda m: None)
-    history = json.loads((run_dir / "hub" / "rounds.json").read_text())
+    round 2 and sends nothing before; the hub resumes to a third round. The two rounds are the
+    main job's FedAvg run (:func:`main_job`)."""
+    cfg, out = MAIN_JOB, main_job.out
+    run_dir = out / "fedavg"
+    history = main_job.history
     assert [h["round"] for h in history] == [1, 2]
     for h in history:
         assert {"trouble_score", "trouble_score_web"} <= set(h["central"]) and h["rejected"] == []
@@ -87,25 +115,24 @@ def test_two_rounds_then_resume_to_three(tmp_path):
         assert len(DecisionLog(run_dir / "state" / m / "experience")) == (20 if m[-1] in "23" else 40) * (
             1 if m == "web-late-4" else 2)  # every decision kept on the member, never sent
     # The hub restarts with a target of three rounds: only round 3 runs, numbered 3 throughout.
-    run_flower(REPO, tmp_path, "fedavg", dataclasses.replace(cfg, rounds=3), progress=lambda m: None,
+    run_flower(REPO, out, "fedavg", dataclasses.replace(cfg, rounds=3), progress=lambda m: None,
                fresh=False)
     history = json.loads((run_dir / "hub" / "rounds.json").read_text())
     assert [h["round"] for h in history] == [1, 2, 3] and "train" in history[2]
     final = json.loads((run_dir / "hub" / "final.json").read_text())
     assert final["resumed_from"] == 2 and [h["round"] for h in final["history"]] == [1, 2, 3]
-    log = (tmp_path / "flwr-fedavg.log").read_text()
+    log = (out / "flwr-fedavg.log").read_text()
     assert "round 3: 5 updates kept" in log and log.count("updates kept") == 3
 
 
-def test_federate_main_job_runs_flwr_reports_and_its_html_renders(tmp_path):
+def test_federate_main_job_runs_flwr_reports_and_its_html_renders(main_job: MainJob):
     """The main job end to end, tiny: `flwr run` with a private FLWR_HOME, the run's final state
     read back, the SuperLink stopped, report.json in the promised shape (every member's policies,
     the online metrics and GPU fragmentation only where the member has GPUs, no NaN), the
     verdicts, the bytes each member sent, and report.html rendered in headless Chromium: the
-    tables and the plot are there and the console has no error."""
-    cfg = FederateConfig(clusters=5, rounds=2, late_round=2, strategies=("fedavg",), etas=(0.0, 0.2, 1.0),
-                         **TINY)
-    report = federate(tmp_path / "out", cfg, REPO, progress=lambda m: None)
+    tables and the plot are there and the console has no error. (The resume test may have run
+    one more round into the same directory since: nothing checked here depends on it.)"""
+    report, out = main_job.report, main_job.out
     assert set(report["clusters"]) == {"gpu-train-0", "web-1", "edge-2", "gpu-cpuheavy-3", "web-late-4"}
     for name, pols in report["clusters"].items():
         assert {"kube-default", "random start", "local-only", "global fedavg", "personalised eta=0.2",
@@ -123,9 +150,8 @@ def test_federate_main_job_runs_flwr_reports_and_its_html_renders(tmp_path):
     # its round-1 reply carried a zero update: sent too, as many bytes as a real one
     assert b["members"]["4"]["int8"] == b["members"]["0"]["int8"]
     assert 0 < b["int8"] <= 0.26 * b["fp32"] and b["int8"] == sum(m["int8"] for m in b["members"].values())
-    out = tmp_path / "out"
     assert (out / "report.json").exists() and (out / "rounds.png").exists()
-    assert stop_local_superlink(out / "flwr-home") == 0  # already stopped
+    assert main_job.stopped_after == 0  # already stopped when the job returned
     page = open_page(out / "report.html")
     assert page.console_errors == [] and page.images == page.images_decoded == 1
     assert "Verdicts" in page.headings and "web-late-4" in page.headings
@@ -134,7 +160,6 @@ def test_federate_main_job_runs_flwr_reports_and_its_html_renders(tmp_path):
     assert members[0][0][:3] == ["policy", "trouble_score", "hot_cpu_node_s"]
     assert [r[0] for r in members[1][1:]] == list(report["clusters"]["web-1"])
     assert sent[1][0] == "fedavg"
-
 
 
 def test_local_flower_simulations_wait_for_each_other(tmp_path, monkeypatch):

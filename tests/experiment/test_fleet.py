@@ -6,11 +6,16 @@ lifetimes and use. Checks that every pod is bound by the real scheduler and comp
 agent decided for each (shadow), saw every node through Prometheus, and logged outcomes.
 
 The second test adds the hub and two federated rounds (the issue's CI test). Under CI a missing
-binary, Prometheus, nginx, stunnel or the Flower CLIs fails, never skips.
+binary, Prometheus, nginx, stunnel or the Flower CLIs fails, never skips. A second member joins
+its rounds, a simulated one (a SuperNode of a replay cluster, ``partition-id``) through its own
+sidecar: the two rounds of two members over the hub link's mutual TLS are checked here
+(tests/coordinator/test_mtls.py checks the link's refusals on the same hub,
+:func:`fedsched.experiment.hub.start_hub`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -22,11 +27,17 @@ from fedsched.common.learning.decision_log import DecisionLog
 from fedsched.experiment import fleet
 from fedsched.experiment.flower import missing_tools
 from fedsched.experiment.hub import start_hub
-from fedsched.experiment.processes import wait_for
+from fedsched.experiment.processes import tail, wait_for
 from fedsched.experiment.prometheus import PROMETHEUS
 from tests.k8s_support import kwok_binary
 
 N_NODES, N_PODS = 100, 40
+#: The simulated second member of the two rounds: its name on the hub link, its node config (a
+#: replay cluster, :func:`fedsched.common.federation.members.member_cluster`) and its tiny
+#: round (the kwok member learns from its decision log: these settings are the simulated one's).
+SIMULATED = "cluster-b"
+SIMULATED_NODE_CONFIG = {"partition-id": 1, "num-partitions": 2}
+TWO_MEMBERS = {"min-nodes": 2, "local-decisions": 20, "scarce-decisions": 10}
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)")
@@ -62,7 +73,13 @@ def test_member_and_hub_two_rounds_over_mtls(tmp_path) -> None:
     """The issue's CI test: one member and the hub, two rounds. The decision log has outcomes,
     the recorded trace (``fedsched record``) loads in ``fedsched evaluate``, the rounds complete
     over mutual TLS, the served policy's version changes, the gate's verdict and its reason are
-    in /metrics, and what was logged survives the agent's crash and restart mid-run."""
+    in /metrics, and what was logged survives the agent's crash and restart mid-run.
+
+    A simulated second member (:data:`SIMULATED`) joins the same hub through its own sidecar, so
+    the rounds also show the hub link with two members: both members' results arrive in both
+    rounds (no failure), every member call passes the gateway (mutual TLS verified) and only to
+    the Fleet API, and the hub lists one run, completed. The fleet's workload outlasts the
+    federation, so the second member costs the test no time."""
     kwok_binary()
     nodes, pods = fleet.load_inventory("web", N_NODES, 120, seed=1)
     work = fleet.Workload.from_trace(nodes, pods, speed=1.0, seed=1)
@@ -71,6 +88,8 @@ def test_member_and_hub_two_rounds_over_mtls(tmp_path) -> None:
     with fleet.member_cluster(tmp_path / "m", "member-0", nodes, mode="active",
                               serve_args=("--outcome-horizon", "3", "--watch-policy", "1")) as member, \
             start_hub(tmp_path / "hub") as hub:
+        hub.link(SIMULATED)  # its sidecar, certificate and registered SuperNode key, as test_mtls's members
+        hub.start_supernode(SIMULATED, SIMULATED_NODE_CONFIG)
         tallies: list[fleet.Tally] = []
         worker = threading.Thread(target=lambda: tallies.append(
             fleet.run_workload(member, work, seconds=150, report_every=10)), daemon=True)
@@ -86,16 +105,26 @@ def test_member_and_hub_two_rounds_over_mtls(tmp_path) -> None:
         assert logged() >= before
         wait_for(lambda: (member.twin / "pods.csv").exists(), 30, 1.0, "fedsched record's twin")
 
-        fed = fleet.federate([member], hub, [work], rounds=2, root=tmp_path / "fed")
-        assert fed.status == "finished:completed", (tmp_path / "fed" / "flwr-run.log").read_text()[-3000:]
+        fed = fleet.federate([member], hub, [work], rounds=2, root=tmp_path / "fed", run_config=TWO_MEMBERS)
+        run_log = tmp_path / "fed" / "flwr-run.log"
+        assert fed.status == "finished:completed", (
+            f"{run_log.read_text()[-3000:]}\n{tail(hub.members[SIMULATED].log or run_log)}")
+        runs = json.loads(hub.flwr("ls", "hub", "--format", "json").stdout)["runs"]
+        assert len(runs) == 1 and runs[0]["status"] == "finished:completed", runs
         assert [r["round"] for r in fed.rounds] == [1, 2]
+        assert all("train" in r for r in fed.rounds)
         for r in fed.rounds:
             up = r["members"]["0"]
             assert up["num-examples"] > 0 and 0 < up["bytes-up"] < up["bytes-up-fp32"], r
+        # both members' results, both rounds, through the link
+        assert tail(run_log, 100_000).count("Received 2 results and 0 failures") == 2, tail(run_log)
         versions = [s["version"] for s in fed.served["member-0"]]
         assert len(set(versions)) >= 2, fed.served  # each round's personalised policy hot-reloaded
+        # Every member call went through the gateway (mTLS verified) and only to the Fleet API.
         access = (hub.nginx_dir / "access.log").read_text().splitlines()
+        assert any('"POST /v1/fleet/pull-messages' in ln and '" 200 ' in ln for ln in access)
         assert any('"POST /v1/fleet/push-messages' in ln and '" 200 ' in ln for ln in access)
+        assert all("/v1/fleet/" in ln for ln in access if '" 200 ' in ln)
         metrics = member.agent_get("/metrics")
         served = fleet.served_state(member)
         assert served["version"] == versions[-1]

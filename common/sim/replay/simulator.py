@@ -304,6 +304,17 @@ class ReplaySimulator:
         """OOM kills of pod ``pod`` (PodTable row) so far."""
         return self.usage.oom_kills[pod]
 
+    def pod_throttled_core_s(self, rows: np.ndarray | list[int] | int) -> np.ndarray:
+        """Throttled CPU of PodTable ``rows`` so far, core-seconds: what each pod wanted but did not
+        get because its node's CPU demand exceeded its capacity, over every run of it; summed over
+        all pods, the run's ``throttled_cpu_core_s`` (:meth:`UsageModel.pod_throttled_core_s`)."""
+        return self.usage.pod_throttled_core_s(rows)
+
+    def releases_of(self, pod: int) -> int:
+        """How many times pod ``pod`` (PodTable row) has been released so far (completion,
+        eviction, OOM kill): a bind's run of the pod is over once this has grown."""
+        return self._gen[pod]
+
     def running_use(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(pod rows, CPU milli, memory MiB)`` of the running pods now: what per-pod container
         metrics would show (copies; :meth:`UsageModel.running_use`)."""

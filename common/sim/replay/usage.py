@@ -119,6 +119,21 @@ Parameters (all :class:`ReplayConfig` fields, tuples by QoS BE, Burstable, LS, G
 Randomness: the application and pod levels are drawn from the workload generator
 (``g_work``: the same for every scheduler of one seed), the noise from the usage generator.
 
+**Throttling per pod.** A node whose CPU demand (``cpu_demand``: its pods' use after the
+best-effort squeeze) exceeds its capacity gets only its capacity; the online metrics charge the
+excess ``demand - capacity`` as throttled CPU (``LoadMetrics``' ``throttled_cpu_core_s``, per node
+``node_throttled``). The model shares the excess among the node's running pods in proportion to
+their demand (each gets ``capacity / demand`` of what it wants), so at each usage tick, after
+the OOM kills (the state the metrics read), pod ``p`` on such a node is charged
+``dt / 1000 * use_p * (demand - capacity) / demand`` core-seconds (``dt`` = ``usage_tick_s``),
+summed over its life (over every run of it: an evicted or OOM-killed pod keeps its total).
+Summed over pods this is the cluster's ``throttled_cpu_core_s`` up to float rounding
+(``tests/common/sim/test_replay_usage.py``). A best-effort pod under the idle-capacity cap
+(``usage_be_idle_cap``) is never charged: the squeeze leaves it no CPU on a node whose other
+pods alone exceed its capacity, and what the squeeze takes from it is not throttling in the
+metrics' sense either. Read with :meth:`UsageModel.pod_throttled_core_s`
+(``ReplaySimulator.pod_throttled_core_s``); keeping it changes no other figure of a run.
+
 **Overload and OOM** (checked at each usage tick). A node is overloaded when its real CPU
 use is above ``overload_threshold`` (85%) of capacity; ``overload_events`` counts the
 *transitions* into overload (a node that stays overloaded for many ticks counts once,
@@ -134,9 +149,9 @@ The code is :class:`UsageModel`, an object the simulator
 (:class:`~fedsched.common.sim.replay.simulator.ReplaySimulator`) builds once per run and
 calls: the constructor draws every pod's usage parameters, :meth:`UsageModel.start` when a
 pod starts running, :meth:`UsageModel.stop` when it is released, and
-:meth:`UsageModel.step` at each usage tick (AR(1) noise, OOM kills, overload transitions,
-trend). It writes real use into the cluster state (``state.cpu_used`` / ``mem_used``) and
-the overload, OOM and trend fields of :class:`~fedsched.common.sim.replay.config.NodeStats`;
+:meth:`UsageModel.step` at each usage tick (AR(1) noise, OOM kills, per-pod throttling,
+overload transitions, trend). It writes real use into the cluster state (``state.cpu_used`` /
+``mem_used``) and the overload, OOM and trend fields of :class:`~fedsched.common.sim.replay.config.NodeStats`;
 an OOM kill is handed back to the simulator (``step``'s ``kill``), which releases and
 requeues the pod. ``_pf[_BASE]`` / ``_pf[_BASE + 1]`` hold every pod's mean CPU / memory
 level (``base_r`` above, before limits).
@@ -235,8 +250,10 @@ class UsageModel:
     for the numpy forms.
 
     Public state read by the simulator: the float capacities ``cap_cpu`` / ``cap_mem``, the
-    per-node CPU demand ``cpu_demand`` (before throttling; replaced at each tick) and the
-    per-pod OOM kill counts ``oom_kills``. Private: the previous use ``_prev_cpu`` /
+    per-node CPU demand ``cpu_demand`` (before throttling; replaced at each tick), the
+    per-pod OOM kill counts ``oom_kills`` and throttled CPU core-seconds ``throttled_core_s``
+    (module docstring, "Throttling per pod"; read through :meth:`pod_throttled_core_s`).
+    Private: the previous use ``_prev_cpu`` /
     ``_prev_mem`` (trend), every pod's usage parameters ``_pf`` (rows ``_BASE`` mean level,
     ``_AMP`` daily amplitude x level, ``_MAX`` limit, ``_EPS`` AR(1) state, ``_CUR`` current
     use, CPU then memory; ``_CLS`` QoS class, ``_BEF`` 1 for a BE pod under the idle cap), the
@@ -259,6 +276,7 @@ class UsageModel:
         self._prev_cpu = np.zeros(n_nodes)
         self._prev_mem = np.zeros(n_nodes)
         self.oom_kills = [0] * n_pods
+        self.throttled_core_s = np.zeros(n_pods)  # per pod, over its life (pod_throttled_core_s)
         self._qos = pods.qos.tolist()
         self._started = [math.nan] * n_pods
 
@@ -386,6 +404,14 @@ class UsageModel:
         cpu = np.minimum(pf[_BASE, idx], pf[_MAX, idx])
         mem = np.minimum(pf[_BASE + 1, idx], pf[_MAX + 1, idx])
         return cpu, mem
+
+    def pod_throttled_core_s(self, rows: np.ndarray | list[int] | int) -> np.ndarray:
+        """Throttled CPU of PodTable ``rows`` so far, in core-seconds: the CPU each pod wanted
+        but did not get because its node's demand exceeded its capacity, summed over the usage
+        ticks of its life (every run of it; module docstring, "Throttling per pod"). Over all
+        pods it sums to the run's ``throttled_cpu_core_s`` up to float rounding. A copy
+        (float64, one entry per row; a scalar row gives length 1)."""
+        return self.throttled_core_s[np.atleast_1d(np.asarray(rows, dtype=np.int64))].copy()
 
     # ---- what the simulator calls --------------------------------------------------------
     def start(self, p: int, n: int, now: float) -> None:
@@ -538,9 +564,16 @@ class UsageModel:
                 kill(victim, min(cfg.oom_restart_s * 2.0 ** (kills - 1), cfg.oom_restart_max_s))
                 ns.oom_count[n] += 1
                 n_oom += 1
+        # Throttled CPU per pod: each running pod's share of its node's demand above capacity,
+        # on the state the online metrics read (after the OOM kills), for the tick's dt.
+        a, dt = cfg.trend_alpha, cfg.usage_tick_s
+        if kern is not None:
+            kern.throttle(self._sf, self._n_active, self._s_pod, self._s_node, self.cpu_demand, self.cap_cpu,
+                          dt / 1000.0, self.throttled_core_s)
+        else:
+            self._throttle(dt / 1000.0)
         # Overload transitions, trend (trend += alpha * (delta / dt - trend), in place: observers
         # may hold the arrays).
-        a, dt = cfg.trend_alpha, cfg.usage_tick_s
         if kern is not None:
             n_over = kern.overload_trend(s.cpu_used, s.mem_used, self.cap_cpu, cfg.overload_threshold,
                                          ns.overloaded, ns.overload_count, ns.cpu_trend, ns.mem_trend,
@@ -561,3 +594,18 @@ class UsageModel:
             trend += prev
             prev[:] = used
         return n_oom, n_over
+
+    def _throttle(self, gain: float) -> None:
+        """The numpy form of a tick's per-pod throttling (``usage_kernel._throttle``): on each node
+        whose demand exceeds its capacity, ``throttled_core_s[p] += use_p * (gain * excess / demand)``
+        for its running pods ``p``."""
+        over = self.cpu_demand - self.cap_cpu
+        hot = over > 0.0
+        if not hot.any():
+            return
+        k = self._n_active
+        factor = np.zeros(len(over))
+        factor[hot] = gain * over[hot] / self.cpu_demand[hot]
+        g = factor[self._s_node[:k]]
+        on = g != 0.0
+        self.throttled_core_s[self._s_pod[:k][on]] += self._sf[_CUR, :k][on] * g[on]

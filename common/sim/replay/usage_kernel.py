@@ -11,6 +11,10 @@ on the same float64 operands in the same order, with no fast-math, so the same b
   then the CPU use clipped at capacity and the count of nodes short of memory (OOM to check).
 - :func:`_start` / :func:`_stop`: a pod taking a slot (its use evaluated at once, a best-effort
   pod's CPU at most what its node leaves idle) and leaving it (the last slot moved into the hole).
+- :func:`_throttle`: each running pod's share of its node's CPU demand above capacity, added
+  to its throttled core-seconds (``factor = gain * (demand - cap) / demand`` per hot node, then
+  ``use * factor`` per pod, as the numpy form; pods on other nodes are left alone, where the
+  numpy form also adds nothing).
 - :func:`_per_node`: running pods per node and the CPU use of each node's largest
   (``np.bincount`` and ``np.maximum.at`` from 0).
 - :func:`_overload_trend`: overload transitions and the usage trend EMA.
@@ -154,6 +158,30 @@ def _step_use(sf: np.ndarray, k: int, rho: float, innov: np.ndarray, at: int, wa
         demand[i] = (demand[i] - be[i]) + min(be[i], idle[i])
 
 
+def _throttle(sf: np.ndarray, k: int, s_pod: np.ndarray, s_node: np.ndarray, demand: np.ndarray,
+              cap_cpu: np.ndarray, gain: float, acc: np.ndarray) -> None:
+    """``acc[pod] += cur * (gain * (demand - cap) / demand)`` for the ``k`` running slots on nodes
+    whose CPU demand exceeds their capacity (nothing when there is none)."""
+    n = demand.shape[0]
+    hot = False
+    for i in range(n):
+        if demand[i] - cap_cpu[i] > 0.0:
+            hot = True
+            break
+    if not hot:
+        return
+    factor = np.zeros(n)
+    for i in range(n):
+        over = demand[i] - cap_cpu[i]
+        if over > 0.0:
+            factor[i] = gain * over / demand[i]
+    cur = sf[_CUR]
+    for j in range(k):
+        f = factor[s_node[j]]
+        if f != 0.0:
+            acc[s_pod[j]] += cur[j] * f
+
+
 def _per_node(s_node: np.ndarray, cpu: np.ndarray, k: int, pods: np.ndarray, max_pod: np.ndarray) -> None:
     """Running pods per node and the largest one's CPU use (both zeroed by the caller)."""
     for j in range(k):
@@ -264,6 +292,7 @@ except ImportError:  # pragma: no cover - numba is a dependency; usage.py's nump
 else:
     _step_use = numba.njit(cache=True)(_step_use)  # called by _step (a compiled function calls compiled ones)
     KERNELS = SimpleNamespace(start=numba.njit(cache=True)(_start), stop=numba.njit(cache=True)(_stop),
-                              step=numba.njit(cache=True)(_step), per_node=numba.njit(cache=True)(_per_node),
+                              step=numba.njit(cache=True)(_step), throttle=numba.njit(cache=True)(_throttle),
+                              per_node=numba.njit(cache=True)(_per_node),
                               overload_trend=numba.njit(cache=True)(_overload_trend),
                               window_update=numba.njit(cache=True)(_window_update))

@@ -32,6 +32,7 @@ from fedsched.agent.cluster.recorder import (
     ClusterRecorder,
     RecorderError,
     parse_time,
+    refine,
 )
 from fedsched.cli.main import main as cli_main
 from fedsched.common.federation.members import member_from_node_config
@@ -283,6 +284,53 @@ def test_a_pod_missing_from_a_relist_was_deleted_then(tmp_path: Path, clock: Clo
 def test_parse_time(text: Any, expected: float) -> None:
     got = parse_time(text)
     assert (math.isnan(got) and math.isnan(expected)) or got == expected
+
+
+@pytest.mark.parametrize(("stamp", "seen", "expected"), [
+    (100.0, 100.25, 100.25),  # seen within the stamp's second: the moment seen
+    (100.0, 100.0, 100.0),
+    (100.0, 101.5, 100.999),  # seen late (the watch lagged): the end of the stamp's second
+    (100.0, 102.0, 100.0),  # seen more than a second late (a relist): the stamp
+    (100.0, 5000.0, 100.0),
+    (100.0, 99.5, 100.0),  # a clock behind the API server's: the stamp
+    (100.5, 100.7, 100.5),  # a stamp with a fraction is already precise
+    (math.nan, 100.2, math.nan),  # no stamp: the caller decides
+], ids=["within", "at", "late", "relist", "much-later", "clock-behind", "fraction", "none"])
+def test_refine(stamp: float, seen: float, expected: float) -> None:
+    got = refine(stamp, seen)
+    assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
+
+
+def test_changes_within_one_second_keep_the_order_they_were_seen_in(tmp_path: Path, clock: Clock) -> None:
+    """Two pods created, bound and ended within the same whole seconds are recorded in the order
+    the watch delivered them (a replay then takes them in that order); a pod first seen in a
+    relist long after its creation keeps its stamps."""
+    rec = ClusterRecorder(tmp_path, clock=clock)
+    rec.replace_all([node_obj("n1")], [pod_obj("old", node="n1", created=T0)])  # listed 1000 s later
+    t = T0 + 2000.0
+    for name, at in (("x", 0.6), ("y", 0.3)):  # y's change seen first in each second
+        clock.t = t + at
+        rec.upsert_pod(pod_obj(name, created=t))
+    for name, at in (("y", 1.2), ("x", 1.8)):
+        clock.t = t + at
+        bound = pod_obj(name, node="n1", created=t, phase="Running")
+        bound["status"]["conditions"] = [{"type": "PodScheduled", "status": "True",
+                                          "lastTransitionTime": iso(t + 1)}]
+        rec.upsert_pod(bound)
+    for name, at in (("x", 5.1), ("y", 5.4)):
+        clock.t = t + at
+        done = pod_obj(name, node="n1", created=t, phase="Succeeded")
+        done["status"]["containerStatuses"] = [{"state": {"terminated": {"finishedAt": iso(t + 5)}}}]
+        rec.upsert_pod(done)
+    rec.flush()
+    r = by_name(tmp_path / PODS_FILE)
+    got = {n: tuple(float(r[f"default/{n}"][k]) for k in ("creation_time", "scheduled_time", "deletion_time"))
+           for n in ("x", "y")}
+    assert got["y"] == pytest.approx((t + 0.3, t + 1.2, t + 5.4))
+    assert got["x"] == pytest.approx((t + 0.6, t + 1.8, t + 5.1))
+    assert float(r["default/old"]["creation_time"]) == T0
+    pods = load_pods(tmp_path / PODS_FILE, load_nodes(tmp_path / NODES_FILE))
+    assert sorted(pods.creation)[1:] == pytest.approx([t + 0.3, t + 0.6])
 
 
 # ---- bounding -----------------------------------------------------------------------------------------

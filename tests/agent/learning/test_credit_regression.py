@@ -6,6 +6,7 @@ parallel collection gives the same decisions for the same recipe."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -182,3 +183,36 @@ def test_the_credit_horizon_flag_reaches_the_recipe_and_its_reproduce_command(mo
         with pytest.raises(SystemExit):
             online.main(["--out", str(tmp_path), "--horizon", bad])
         assert "--horizon" in capsys.readouterr().err
+
+
+def test_the_throttle_credit_flag_reaches_the_recipe_its_data_key_and_its_reproduce_command(
+        monkeypatch, capsys, tmp_path):
+    from fedsched.agent.learning import online
+
+    seen = {}
+
+    def fake_train(recipe, out, **_):  # the parsed recipe, without the run
+        seen["recipe"] = recipe
+        return {"checkpoint": str(out / "checkpoint.pt"), "samples": 0, "wall_s": 0.0}
+
+    monkeypatch.setattr(online, "train", fake_train)
+    assert online.main(["--out", str(tmp_path), "--no-validate"]) == 0
+    node = seen["recipe"]
+    assert node.reward.throttle_credit == "node"  # the default: today's credit
+    assert "throttle_credit" not in online._collection_key(node)  # decisions kept before still match
+    assert "--throttle-credit node" in online._flags(node)
+    assert online.main(["--out", str(tmp_path), "--throttle-credit", "pod", "--horizon", "7200",
+                        "--no-validate"]) == 0
+    pod = seen["recipe"]
+    assert pod.reward.throttle_credit == "pod" and pod.reward.node_horizon_s == 7200.0
+    assert online._collection_key(pod)["throttle_credit"] == "pod"  # kept decisions are per credit
+    assert online._collection_key(pod) != online._collection_key(replace(pod, reward=node.reward))
+    assert "--throttle-credit pod" in online._flags(pod)
+    typical = online.reference_typical(_tiny(1))
+    envs, _ = online.build_envs(replace(_tiny(1), reward=pod.reward), typical, pod.reward, only=[0])
+    assert envs[0].cfg.reward.throttle_credit == "pod"  # reaches the environments
+    for bad in ("cluster", "Pod", ""):
+        with pytest.raises(SystemExit):
+            online.main(["--out", str(tmp_path), "--throttle-credit", bad])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "--throttle-credit: expected node or pod" in err[-1]

@@ -1,9 +1,11 @@
 """Node credit (RewardConfig.node_horizon_s): each replay decision is charged its own chosen
-node's outcome over a horizon, and PPO adds that credit to the decision that earned it."""
+node's outcome over a horizon (the node's throttling, or with throttle_credit="pod" the placed
+pod's own), and PPO adds that credit to the decision that earned it."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from fedsched.agent.learning.env import EnvConfig, RewardConfig, SchedulingEnv
@@ -91,3 +93,55 @@ def test_ppo_adds_a_credit_to_the_step_that_took_the_decision_and_drops_older_on
     later["credits"][1] = []
     PPOTrainer._assign_credits(later, 3, decision_step, rewards)
     assert rewards[1, 0] == -1.5 and rewards.sum() == -1.5
+
+
+# ---- RewardConfig.throttle_credit: the node's throttling or the placed pod's own ----------------
+
+
+def _throttle_env(credit: str, horizon: float = HORIZON, **reward) -> SchedulingEnv:
+    nodes, pods = generate_cluster("web", 5, n_nodes=6, n_pods=600, trace_hours=12.0,
+                                   cpu_median_milli=1500.0, cpu_max_milli=8000)
+    cfg = EnvConfig(mode="replay", replay={"target_load": 0.9, "failure_rate_per_node_hour": 0.05,
+                                           "usage_cpu_median": 0.8},  # throttled nodes, evictions
+                    reward=RewardConfig(node_horizon_s=horizon, throttle_credit=credit, **reward))
+    return SchedulingEnv(nodes, pods, config=cfg, seed=3)
+
+
+def test_pod_throttle_credit_charges_each_run_of_a_pod_to_the_bind_that_started_it():
+    """Throttling alone (weight 60: one unit per core-second) and a horizon past the episode's
+    end: every run of every pod is charged to exactly one decision, the one that bound it, up to
+    the run's end (an evicted pod's next run is its next bind's), so the decisions' charges add
+    up to the run's throttled CPU; the node's throttling would count each core-second once per
+    decision on the node."""
+    env = _throttle_env("pod", horizon=1e9, node_hot=0.0, node_oom=0.0, node_throttled=60.0)
+    serials, credits, _ = _run(env, _pile)
+    assert set(credits) == set(serials) and all(c <= 0 for c in credits.values())
+    sim = env.sim
+    assert sim.counters["evictions"] > 0  # pods ran more than once
+    total = sim.load_metrics.result()["throttled_cpu_core_s"]
+    assert total > 100.0
+    assert -sum(credits.values()) == pytest.approx(total, rel=1e-9)
+    node_env = _throttle_env("node", horizon=1e9, node_hot=0.0, node_oom=0.0, node_throttled=60.0)
+    _, node_credits, _ = _run(node_env, _pile)
+    assert -sum(node_credits.values()) > 3 * total
+
+
+def test_pod_throttle_credit_keeps_the_hot_and_oom_terms_and_differs_only_in_throttling():
+    _, pod_c, chosen = _run(_throttle_env("pod"), _pile)
+    _, node_c, chosen_n = _run(_throttle_env("node"), _pile)
+    assert chosen == chosen_n  # the same episode, decision for decision
+    no_thr = {"node_throttled": 0.0}
+    _, pod_0, _ = _run(_throttle_env("pod", **no_thr), _pile)
+    _, node_0, _ = _run(_throttle_env("node", **no_thr), _pile)
+    assert pod_0 == node_0  # hot minutes and OOM kills as before
+    assert pod_c != node_c
+    pod_term = {s: pod_c[s] - pod_0[s] for s in pod_c}
+    node_term = {s: node_c[s] - node_0[s] for s in node_c}
+    assert all(t <= 1e-12 for t in pod_term.values()) and any(t < 0 for t in pod_term.values())
+    assert sum(t < 0 for t in pod_term.values()) < sum(t < 0 for t in node_term.values())
+
+
+def test_the_default_throttle_credit_is_the_nodes_and_others_are_refused():
+    assert RewardConfig().throttle_credit == "node"
+    with pytest.raises(ValueError, match="throttle_credit"):
+        _throttle_env("cluster")

@@ -383,6 +383,57 @@ def test_hot_reload_swaps_weights_without_dropping_a_request(openb, tmp_path):
     assert metric(text, "fedsched_decisions_total", model_version=v1) > 0
 
 
+def test_the_gates_verdict_is_published_at_start_and_at_each_reload_before_any_request(openb, tmp_path):
+    """An operator sees whether a reloaded policy acts as soon as it is loaded: the verdict on the
+    new version is in /metrics without a pod having been scheduled since (active here: evidence
+    proves it on every profile of the cluster; shadow before: no evidence)."""
+    from fedsched.common.learning.checkpoint import load_checkpoint, save_checkpoint, update_metadata
+    from fedsched.common.model.metrics import TROUBLE_SMOOTHING
+    from fedsched.common.model.profiles import PROFILES
+    from fedsched.common.schedulers import LEARNED_ONLINE, default_policy_path
+
+    path = tmp_path / "policy.pt"
+    policy, meta, _ = load_checkpoint(default_policy_path(LEARNED_ONLINE))
+    save_checkpoint(path, policy, algorithm=meta["algorithm"], hyperparameters=meta["hyperparameters"],
+                    typical=None, data=meta["data_hash"])  # no evidence: shadow
+    with running(openb, policy=str(path), mode="active", gate="auto") as (server, c):
+        v0 = server.decider.models.version
+        assert _gate_gauge(c.get("/metrics")[1], v0).endswith(" 0.0")
+        server.decider.models.watch(0.05)
+        for q in policy.parameters():
+            q.data.mul_(0.9)
+        staged = tmp_path / "staged.pt"
+        save_checkpoint(staged, policy, algorithm=meta["algorithm"], hyperparameters=meta["hyperparameters"],
+                        typical=None, data=meta["data_hash"])
+        flat = {"values": [0.0] * 5}
+        proven = {"values": [-0.3, -0.2, -0.25, -0.3, -0.2]}
+        update_metadata(staged, {"evidence": {"format": 1, "quick": False, "profiles": {
+            p: {"nodes": 100, "seeds": list(range(5)), "trouble_score": proven,
+                "log_ratio": dict.fromkeys(TROUBLE_SMOOTHING, flat), "diff": {"pending_p99_s": flat}}
+            for p in PROFILES}}})
+        staged.replace(path)  # atomic, as a federation round writes it
+        deadline = time.time() + 10
+        while server.decider.models.version == v0 and time.time() < deadline:
+            time.sleep(0.05)
+        v1 = server.decider.models.version
+        while not _gate_lines(text := c.get("/metrics")[1], v1) and time.time() < deadline:
+            time.sleep(0.05)  # the swap comes first, then its hooks
+    assert v1 != v0
+    assert metric(text, "fedsched_decisions_total") == 0  # no request was made
+    assert _gate_gauge(text, v1).endswith(" 1.0") and "better than kube-default" in _gate_gauge(text, v1)
+
+
+def _gate_lines(text: str, version: str) -> list[str]:
+    return [x for x in text.splitlines()
+            if x.startswith("fedsched_policy_active{") and f'model_version="{version}"' in x]
+
+
+def _gate_gauge(text: str, version: str) -> str:
+    lines = _gate_lines(text, version)
+    assert len(lines) == 1, text
+    return lines[0]
+
+
 # ---- mutual TLS -------------------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """The compiled loops of the replay engine (numba: ``sim/replay/usage_kernel.py`` for the usage
 tick and the telemetry window, ``schedulers/kube_default_kernel.py`` for kube-default's pass
 over the nodes) give bit-identical runs: the same metrics, counters, per-tick series and
-latencies as the numpy forms they replace, for the same seed."""
+latencies as the numpy forms they replace, for the same seed, and the same throttled CPU per pod."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from fedsched.common.model.cluster import ClusterState
 from fedsched.common.model.load_metrics import UsageWindow
 from fedsched.common.model.synthetic import generate_cluster
-from fedsched.common.schedulers import KubeDefault, SchedulerContext, make_scheduler
+from fedsched.common.schedulers import KubeDefault, SchedulerContext, make_scheduler, place
 from fedsched.common.schedulers import kube_default as kd
 from fedsched.common.sim.replay import ReplayConfig, run_replay, usage_kernel
 from fedsched.common.sim.replay import simulator as sim_module
@@ -36,9 +36,13 @@ def _numpy_forms(monkeypatch: pytest.MonkeyPatch, shortcut: bool) -> None:
 
 def _run(nodes, pods, policy: str, seed: int, **options) -> dict[str, object]:
     sched = make_scheduler(policy, SchedulerContext(train_pods=pods, rng=np.random.default_rng(seed)))
-    res = run_replay(nodes, pods, sched, config=ReplayConfig(**options), seed=seed)
+    sim = sim_module.ReplaySimulator(nodes, pods, config=ReplayConfig(**options), seed=seed)
+    while (d := sim.next_pod()) is not None:  # run_replay's loop, keeping the simulator
+        sim.bind(place(sched, d[1], d[0], sim.rng))
+    res = sim.finish()
     counters = {k: v for k, v in res.counters.items() if k not in ("wall_s", "events_per_s")}
     return {"metrics": res.metrics, "counters": counters, "latencies": res.latencies.tolist(),
+            "pod_throttled": sim.pod_throttled_core_s(np.arange(len(pods))).tolist(),
             **{f"series_{k}": v.tolist() for k, v in res.series.items()}}
 
 
@@ -73,6 +77,9 @@ def test_compiled_replay_is_bit_identical_to_the_numpy_forms(profile: str, overr
     nodes, pods = generate_cluster(profile, 7, **overrides)
     compiled = _run(nodes, pods, policy, 3, **options)
     assert compiled["counters"]["decisions"] > 100
+    sched = make_scheduler(policy, SchedulerContext(train_pods=pods, rng=np.random.default_rng(3)))
+    res = run_replay(nodes, pods, sched, config=ReplayConfig(**options), seed=3)
+    assert _same(compiled["metrics"], res.metrics)  # the stepping loop is run_replay's
     if options.get("autoscale"):  # the case is there to move nodes up and down
         assert compiled["counters"]["node_failures"] > 0 and compiled["counters"]["scale_ups"] > 0
     with monkeypatch.context() as m:
@@ -115,7 +122,7 @@ def test_usage_tick_squeezes_best_effort_pods_the_same(monkeypatch: pytest.Monke
             outs.append((m.step(now, kill), kills))
         assert outs[0] == outs[1]
         killed += len(outs[0][1])
-        for name in ("_sf", "cpu_demand", "_prev_cpu", "_prev_mem"):
+        for name in ("_sf", "cpu_demand", "_prev_cpu", "_prev_mem", "throttled_core_s"):
             assert np.array_equal(getattr(model, name), getattr(twin, name)), (tick, name)
         for name in ("cpu_used", "mem_used"):
             assert np.array_equal(getattr(model.state, name), getattr(twin.state, name)), (tick, name)
@@ -129,6 +136,7 @@ def test_usage_tick_squeezes_best_effort_pods_the_same(monkeypatch: pytest.Monke
             model.start(p, p % n_nodes, now)
             twin.start(p, p % n_nodes, now)
     assert squeezed > 0 and killed > 0  # both paths were exercised
+    assert (model.throttled_core_s > 0).sum() > 3  # and pods were throttled
 
 
 def test_compiled_window_is_usage_window() -> None:
