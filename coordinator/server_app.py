@@ -9,7 +9,11 @@ passes none):
 FedTrimmedAvg trims it off each tail, Krum tolerates that share of ``min-nodes``),
 ``fraction-train``, ``min-nodes``, ``norm-bound`` (update validation), ``mode`` (online: central
 trouble score on held-out replay clusters; packing: GPU allocation on the ``eval-nodes``
-held-out openb slice), ``init`` (shipped | random starting model) with ``seed``, ``out-dir``
+held-out openb slice), ``download-codec`` (``int8-delta``: each member gets the global as an
+INT8 delta from what it already holds, the float32 global when the hub holds nothing for it;
+``int8``: the same with INT8 full copies; ``fp32``: the float32 global every round;
+:mod:`fedsched.coordinator.strategies`), ``init`` (shipped |
+random starting model) with ``seed``, ``out-dir``
 (checkpoints and metrics). Every round :class:`fedsched.coordinator.evaluation.HubRecorder`
 evaluates the aggregated model, appends the round to ``rounds.json`` and checkpoints it
 (``global.npz``); ``final.json`` closes the run. A hub restarted with the same ``out-dir``
@@ -92,6 +96,7 @@ def main(grid: Grid, context: Context) -> None:
     min_nodes = int(context.run_config["min-nodes"])
     own = strategy_arguments(name, context.run_config)
     strategy = make_strategy(name, norm_bound=float(context.run_config["norm-bound"]), round_offset=done,
+                             download_codec=str(context.run_config["download-codec"]),
                              fraction_train=float(context.run_config["fraction-train"]),
                              fraction_evaluate=0.0, min_train_nodes=min_nodes, min_available_nodes=min_nodes,
                              **own)

@@ -22,6 +22,21 @@ What each round's aggregation did (kept, rejected and skipped nodes, each member
 aggregated metrics) is in :attr:`QuantizedUpdates.reports`, by round, for the ServerApp's
 per-round history; Flower's ``Result`` keeps only the aggregated metrics.
 
+Downloads (``download_codec``, the run config's ``download-codec``): ``"fp32"`` sends Flower's
+message as it is, the float32 global to every member. ``"int8-delta"`` rewrites each member's
+message in ``configure_train``: the hub keeps, per node, the digest of the reconstruction that
+member holds (members that received every round share one) and sends the INT8 delta from it
+to the global (:func:`fedsched.common.federation.codec.encode_download`; encoded once per
+distinct base), with the config keys ``download-kind`` (``delta``, or ``full`` for a node it
+holds nothing for: the first round, a late joiner, a member that missed a round, a restarted
+hub; a full copy is the float32 global, an exact start, or with ``"int8"`` an INT8 copy too),
+``download-base`` and ``download-digest`` (the member checks both:
+:func:`fedsched.agent.federation.mods.download_mod`). A node's reconstruction counts as held
+only once its reply says it applied the download (``download-applied`` = 1); a node that
+failed, refused or did not reply gets a full copy next time. The members' deltas are added to
+the true global, not to their reconstructions, so the download's bounded error never enters
+the global model.
+
 Round numbering: a resumed hub (``round_offset`` rounds already done) runs Flower's loop for
 the remaining rounds, which numbers them from 1 again. The strategy adds ``round_offset``
 wherever a number leaves Flower's loop: the number passed to the parent's ``configure_train``
@@ -54,10 +69,12 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, FedProx, FedTrimmedAvg, Krum, Result
 
-from fedsched.common.federation.codec import decode_int8
+from fedsched.common.federation.codec import decode_int8, encode_download, nbytes
+from fedsched.common.federation.codec import digest as weights_digest
 
 MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
 EvaluateFn = Callable[[int, ArrayRecord], MetricRecord | None]
+DOWNLOAD_CODECS = ("fp32", "int8-delta", "int8")
 
 
 @dataclass(frozen=True)
@@ -90,6 +107,7 @@ class StrategyArgs(TypedDict, total=False):
     min_train_nodes: Required[int]
     min_available_nodes: Required[int]
     round_offset: int  # rounds already done (a resumed hub)
+    download_codec: str  # "fp32" (Flower's plain message, this class's default) | "int8-delta" | "int8"
     fraction_evaluate: float
     min_evaluate_nodes: int
     weighted_by_key: str
@@ -114,7 +132,8 @@ class QuantizedUpdates(FedAvg):
     docstring). A mixin: use it before a Flower strategy, as the classes below do."""
 
     def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
-                 min_available_nodes: int, round_offset: int = 0, fraction_evaluate: float = 1.0,
+                 min_available_nodes: int, round_offset: int = 0, download_codec: str = "fp32",
+                 fraction_evaluate: float = 1.0,
                  min_evaluate_nodes: int = 2, weighted_by_key: str = "num-examples",
                  arrayrecord_key: str = "arrays", configrecord_key: str = "config",
                  train_metrics_aggr_fn: MetricsAggregation | None = None,
@@ -125,6 +144,9 @@ class QuantizedUpdates(FedAvg):
             raise ValueError(f"norm_bound must be > 0 (a multiple of the round's median norm), "
                              f"got {norm_bound}")
         _check_count("round_offset", round_offset)
+        if download_codec not in DOWNLOAD_CODECS:
+            raise ValueError(f"unknown download codec {download_codec!r}: "
+                             f"expected {', '.join(DOWNLOAD_CODECS)}")
         super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate,
                          min_train_nodes=min_train_nodes, min_evaluate_nodes=min_evaluate_nodes,
                          min_available_nodes=min_available_nodes, weighted_by_key=weighted_by_key,
@@ -140,11 +162,17 @@ class QuantizedUpdates(FedAvg):
         self.round_offset = round_offset
         self.reports: dict[int, RoundReport] = {}
         self._global: dict[str, np.ndarray] = {}
+        self.download_codec = download_codec
+        self.held: dict[int, str] = {}  # node -> digest of the reconstruction it acknowledged
+        self._sent: dict[int, str] = {}  # node -> digest it holds if it applies this round's download
+        self._rebuilt: dict[str, dict[str, np.ndarray]] = {}  # digest -> reconstruction
+        self._encoded_cache: dict[str, tuple[ArrayRecord, str]] = {}  # this round's, by base
 
     def summary(self) -> None:
         """Log summary configuration of the strategy."""
         log(INFO, "\t├──> Quantized updates (INT8 deltas, validated before aggregation):")
         log(INFO, "\t│\t├── Norm bound: %s x the median norm of the round's other updates", self.norm_bound)
+        log(INFO, "\t│\t├── Download codec: %s", self.download_codec)
         log(INFO, "\t│\t└── Round offset: %d (rounds already done; numbering continues from %d)",
             self.round_offset, self.round_offset + 1)
         super().summary()
@@ -175,8 +203,64 @@ class QuantizedUpdates(FedAvg):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         self._global = {k: v.numpy() for k, v in arrays.items()}
+        if self._sent or self._encoded_cache:  # a round that was never aggregated: nothing acknowledged
+            self._acknowledge([])
         rnd = server_round + self.round_offset
-        return super().configure_train(rnd, arrays, ConfigRecord(dict(config)), grid)
+        messages = list(super().configure_train(rnd, arrays, ConfigRecord(dict(config)), grid))
+        if self.download_codec == "fp32":
+            return messages
+        return [self._compressed(msg) for msg in messages]
+
+    def _compressed(self, msg: Message) -> Message:
+        """``msg`` with the INT8 download for its node (see the module docstring)."""
+        node = int(msg.metadata.dst_node_id)
+        base = self.held.get(node, "")
+        if base not in self._rebuilt:
+            base = ""
+        encoded, digest = self._encoded(base)
+        self._sent[node] = digest
+        config = ConfigRecord({**msg.content[self.configrecord_key], "download-base": base,
+                               "download-kind": "delta" if base else "full", "download-digest": digest})
+        content = RecordDict({self.arrayrecord_key: encoded, self.configrecord_key: config})
+        return Message(content=content, message_type=msg.metadata.message_type, dst_node_id=node)
+
+    def _encoded(self, base: str) -> tuple[ArrayRecord, str]:
+        """The download against reconstruction ``base`` ("": a full copy), once per round and base."""
+        if base not in self._encoded_cache:
+            full = "int8" if self.download_codec == "int8" else "fp32"
+            encoded, rebuilt = encode_download(self._global, self._rebuilt[base] if base else None, full)
+            digest = weights_digest(rebuilt)
+            error = max(float(np.abs(rebuilt[k] - g).max()) for k, g in self._global.items())
+            scale = max(float(np.abs(g).max()) for g in self._global.values())
+            log(INFO, "download %s: max |reconstruction - global| = %.3g (%.2g of max |weight|), "
+                "%d bytes (%.3fx fp32)", f"delta from {base[:8]}" if base else "full copy", error,
+                error / max(scale, 1e-30), nbytes(encoded), nbytes(encoded) / max(nbytes(self._global), 1))
+            self._rebuilt[digest] = rebuilt
+            self._encoded_cache[base] = (ArrayRecord({k: Array(v) for k, v in encoded.items()}), digest)
+        return self._encoded_cache[base]
+
+    def _acknowledge(self, replies: list[Message]) -> None:
+        """Which reconstruction each node now holds: this round's, if its reply says it applied
+        it; none otherwise (it gets a full copy next time)."""
+        applied = set()
+        for msg in replies:
+            if msg.has_error():
+                continue
+            try:
+                metrics = next(iter(msg.content.metric_records.values()))
+                if int(metrics.get("download-applied", 0)) == 1:  # type: ignore[arg-type]
+                    applied.add(int(msg.metadata.src_node_id))
+            except (StopIteration, TypeError, ValueError):
+                continue
+        for node, digest in self._sent.items():
+            if node in applied:
+                self.held[node] = digest
+            else:
+                self.held.pop(node, None)
+        self._sent.clear()
+        self._encoded_cache.clear()
+        keep = set(self.held.values())
+        self._rebuilt = {d: w for d, w in self._rebuilt.items() if d in keep}
 
     def validate(self, delta: dict[str, np.ndarray]) -> str | None:
         """Why ``delta`` cannot count (None if it can), before the norm check."""
@@ -198,6 +282,8 @@ class QuantizedUpdates(FedAvg):
         rnd = server_round + self.round_offset
         report = RoundReport(rnd)
         self.reports[rnd] = report
+        replies = list(replies)
+        self._acknowledge(replies)
         decoded: list[tuple[Message, dict[str, np.ndarray], MetricRecord]] = []
         for msg in replies:
             if msg.has_error():

@@ -18,8 +18,9 @@ personalised model ``eta * W_local + (1 - eta) * W_global`` of the FedAvg run at
 ``etas`` (eta = 0 is the global model). Verdicts compare, seed by seed, the run's personalised
 model with local-only and kube-default on the trouble score and on failed pods; the late
 member's rounds to local-only's final validation quality come from the members' per-round
-reports. Bytes are what each member really sent in each round (its own report; 0 when it did
-not upload). Writes ``DIR/report.json``, ``DIR/rounds.png`` (the hub's central trouble score and
+reports. Bytes are what each member really sent and received in each round (its own report),
+both ways beside their float32 equivalent (:func:`bytes_sent`). Writes ``DIR/report.json``,
+``DIR/rounds.png`` (the hub's central trouble score and
 each member's validation score per round, federated and local-only) and ``DIR/report.html``
 (one self-contained file: the tables and the plot, :mod:`fedsched.experiment.report_html`).
 
@@ -162,13 +163,16 @@ def _run_locked(app_dir: Path, env: dict[str, str], run_config: str, log_path: P
 
 
 def federate(out: Path, cfg: FederateConfig, app_dir: Path,
-             progress: Callable[[str], None] = print) -> dict[str, Any]:
+             progress: Callable[[str], None] = print,
+             extra: dict[str, Value] | None = None) -> dict[str, Any]:
+    """The main job into ``out``; ``extra`` adds run-config values to every run (e.g.
+    ``{"download-codec": "fp32"}``)."""
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    runs = {s: run_flower(app_dir, out, s, cfg, progress) for s in cfg.strategies}
+    runs = {s: run_flower(app_dir, out, s, cfg, progress, extra=extra) for s in cfg.strategies}
     init = initial_weights(cfg.init, cfg.seed, "online")  # the hub's starting model, for local-only too
     report: dict[str, Any] = {"config": {**cfg.__dict__, "strategies": list(cfg.strategies),
-                                         "etas": list(cfg.etas)},
+                                         "etas": list(cfg.etas), "run_config_extra": dict(extra or {})},
                               "clusters": {}, "rounds": {}, "members": {}}
     for s, d in runs.items():
         report["rounds"][s] = json.loads((d / "hub" / "rounds.json").read_text())
@@ -225,21 +229,26 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
 def bytes_sent(rounds: dict[str, list[dict]]) -> dict[str, Any]:
     """What each member really sent and received, per strategy, summed over its rounds from its
     own reports (every reply, also one without an upload: it carries a zero update) and how
-    many of its replies were uploads."""
+    many of its replies were uploads. Both ways beside the float32 equivalent: ``int8`` /
+    ``fp32`` up, ``down`` / ``down-fp32`` (the global as it arrived: an INT8 delta or full copy
+    with ``download-codec = "int8-delta"``, else float32; a report without ``bytes-down-fp32``
+    counts what arrived)."""
     out: dict[str, Any] = {}
     for s, hist in rounds.items():
         per: dict[str, dict[str, int]] = {}
         for h in hist:
             for pid, m in h.get("members", {}).items():
-                row = per.setdefault(pid, {"int8": 0, "fp32": 0, "down": 0, "uploads": 0})
+                row = per.setdefault(pid, {"int8": 0, "fp32": 0, "down": 0, "down-fp32": 0, "uploads": 0})
                 # A reply without an upload still carries its (zero) update: Flower wants one
                 # ArrayRecord with the same keys in every reply, so those bytes were sent too.
                 row["int8"] += int(m.get("bytes-up", 0))
                 row["fp32"] += int(m.get("bytes-up-fp32", 0))
                 row["down"] += int(m.get("bytes-down", 0))
+                row["down-fp32"] += int(m.get("bytes-down-fp32", m.get("bytes-down", 0)))
                 row["uploads"] += int(m.get("uploaded", 1)) == 1
         out[s] = {"members": per, "int8": sum(r["int8"] for r in per.values()),
-                  "fp32": sum(r["fp32"] for r in per.values()), "down": sum(r["down"] for r in per.values())}
+                  "fp32": sum(r["fp32"] for r in per.values()), "down": sum(r["down"] for r in per.values()),
+                  "down-fp32": sum(r["down-fp32"] for r in per.values())}
     return out
 
 

@@ -1,6 +1,7 @@
 """The main job's HTML report: one self-contained file (the round plot inlined as a data URI, no
 script, no external resource) with the per-member verdicts, every member's evaluation table and
-the bytes sent, for a user who opens ``DIR/report.html`` in a browser.
+the bytes sent and received (each beside its float32 equivalent), for a user who opens
+``DIR/report.html`` in a browser.
 
 May import: the standard library and :mod:`fedsched.experiment.report_text` (the member tables).
 """
@@ -73,9 +74,11 @@ def render(report: dict[str, Any], plot: Path | None) -> str:
                      f"best heuristic on validation: {html.escape(info['best_heuristic'])}.</p>")
         parts.append(_table(*table_rows(report, name), "member"))
     parts.append("<h2>Bytes</h2>")
-    rows = [[s, f"{b['int8']:,}", f"{b['fp32']:,}", f"{b['int8'] / max(b['fp32'], 1):.3f}", f"{b['down']:,}"]
+    rows = [[s, f"{b['int8']:,}", f"{b['fp32']:,}", f"{b['int8'] / max(b['fp32'], 1):.3f}", f"{b['down']:,}",
+             f"{b.get('down-fp32', b['down']):,}", f"{b['down'] / max(b.get('down-fp32', b['down']), 1):.3f}"]
             for s, b in report["bytes"].items()]
-    parts.append(_table(["strategy", "sent (int8)", "fp32 equivalent", "ratio", "received"], rows, "bytes"))
+    parts.append(_table(["strategy", "sent (int8)", "fp32 equivalent", "ratio", "received", "fp32 equivalent",
+                         "ratio"], rows, "bytes"))
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -1,6 +1,6 @@
 """The main job's report as text: every member's evaluation table (:func:`table_rows`, also the
 HTML report's) and the console report (:func:`format_report`: the tables, the verdicts with the
-issue's goals, and the bytes sent).
+issue's goals, and the bytes sent and received, each beside its float32 equivalent).
 
 May import: the standard library only (it reads the report's plain dictionary).
 """
@@ -51,6 +51,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append("    goals: " + "; ".join(f"{g}: {'met' if ok else 'MISSED'}"
                                              for g, ok in v["goals"].items()))
     for s, b in report["bytes"].items():
+        down_fp32 = b.get("down-fp32", b["down"])
         lines.append(f"\nbytes sent ({s}, summed over each member's own reports): int8 {b['int8']:,} vs fp32 "
-                     f"{b['fp32']:,} ({b['int8'] / max(b['fp32'], 1):.3f}x); received {b['down']:,}")
+                     f"{b['fp32']:,} ({b['int8'] / max(b['fp32'], 1):.3f}x); received {b['down']:,} vs fp32 "
+                     f"{down_fp32:,} ({b['down'] / max(down_fp32, 1):.3f}x)")
     return "\n".join(lines)

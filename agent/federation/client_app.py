@@ -28,9 +28,10 @@ member's extender (``fedsched serve --policy`` on that path) hot-reloads it. The
 MetricRecord with ``num-examples`` (pods scheduled this round; 0 when the member skipped its
 upload or has not joined yet), the mean reward, bytes sent and received, whether it uploaded,
 its partition, its validation score (online mode; NaN otherwise) and whether it has joined.
-Its mods (:mod:`fedsched.agent.federation.mods`) encode the delta for the wire (INT8 with error
-feedback unless ``codec = "fp32"``) and add the experiment knobs (``fail-rate``,
-``poison-members`` / ``poison-kind``).
+Its mods (:mod:`fedsched.agent.federation.mods`) rebuild a compressed global before ``train``
+(and report the bytes that really arrived as ``bytes-down``, beside ``bytes-down-fp32``), encode
+the delta for the wire (INT8 with error feedback unless ``codec = "fp32"``) and add the
+experiment knobs (``fail-rate``, ``poison-members`` / ``poison-kind``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,13 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from flwr.clientapp import ClientApp
 
 from fedsched.agent.federation.learners import learner_for
-from fedsched.agent.federation.mods import codec_mod, failure_mod, poison_mod, run_config_defaults_mod
+from fedsched.agent.federation.mods import (
+    codec_mod,
+    download_mod,
+    failure_mod,
+    poison_mod,
+    run_config_defaults_mod,
+)
 from fedsched.agent.federation.round import (
     MemberRunConfig,
     RoundInfo,
@@ -53,7 +60,7 @@ from fedsched.common.federation.codec import RAW_SUFFIX, nbytes
 app = ClientApp(mods=[run_config_defaults_mod])
 
 
-@app.train(mods=[failure_mod, codec_mod, poison_mod])
+@app.train(mods=[download_mod, failure_mod, codec_mod, poison_mod])
 def train(msg: Message, context: Context) -> Message:
     # Load: this member's settings, cluster, state and way of learning, and the global model.
     cfg = MemberRunConfig.from_run_config(context.run_config)
@@ -72,6 +79,7 @@ def train(msg: Message, context: Context) -> Message:
     metrics = MetricRecord({
         "num-examples": int(result.examples), "mean-reward": float(result.mean_reward),
         "bytes-up": int(nbytes(update)), "bytes-down": int(nbytes(global_w)),
+        "bytes-down-fp32": int(nbytes(global_w)),
         "bytes-up-fp32": int(nbytes(result.delta)), "uploaded": int(result.upload),
         "partition": partition_id(context.node_config), "val-score": float(result.val_score),
         "joined": int(result.joined),

@@ -14,6 +14,18 @@ the wire codec and the experiment knobs, around the member's plain ``train``.
   reports the bytes it sends; ``codec = "fp32"`` (the benchmark's knob) passes the float32
   update through. An update that is not finite cannot be quantised and goes out as it is
   (the hub rejects it).
+- :func:`download_mod` (the hub's ``download-codec``, announced in the message's config): with
+  ``download-kind`` = ``delta`` the global arrived as an INT8 delta from the member's last
+  reconstruction, with ``full`` as a full copy (float32 or INT8)
+  (:func:`fedsched.common.federation.codec.encode_download`): the mod rebuilds it, checks it
+  against the digests the hub sent (``download-base``: the reconstruction a delta applies to;
+  ``download-digest``: the one it must produce), keeps it as ``download.npz`` in the member's
+  state directory (a restarted member still holds it) and hands ``train`` the float32 global.
+  A delta against a base the member does not hold (or whose result it cannot reproduce) is
+  refused: the member skips the round (zero update, ``num-examples`` 0,
+  ``download-applied`` 0) and the hub sends it a full copy next time. Every reply reports
+  ``bytes-down`` (what arrived) beside ``bytes-down-fp32`` and ``download-applied``. Without
+  ``download-kind`` (``download-codec = "fp32"``) the float32 global passes through.
 - :func:`poison_mod` (``poison-members``, ``poison-kind``): the listed partitions send NaN,
   10^4-times scaled or sign-flipped updates instead of their own.
 
@@ -23,8 +35,9 @@ its run-config key is set (``fail-rate`` > 0, a member listed in ``poison-member
 ``codec = "fp32"`` for the codec). They are attached at import, as a
 ``ClientApp`` is assembled before any run config exists (one FAB serves runs with different
 run configs, and a deployed ClientApp is a new process per message), and each decides per
-message from its own key. Order (outermost first): failures, codec, poison: a poisoned update
-is corrupted before it is encoded, as a broken learner's would be. Each mod builds its reply
+message from its own key. Order (outermost first): download, failures, codec, poison (a
+member that fails its round has still received the global; a poisoned update
+is corrupted before it is encoded, as a broken learner's would be). Each mod builds its reply
 new (``Message(content, reply_to=msg)``); the inner reply is never edited.
 
 May import: ``fedsched.common``, ``fedsched.agent.federation.round`` and Flower's ClientApp API.
@@ -32,17 +45,33 @@ May import: ``fedsched.common``, ``fedsched.agent.federation.round`` and Flower'
 
 from __future__ import annotations
 
+import copy
+from logging import WARNING
+
 import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp.typing import ClientAppCallable
+from flwr.common.logger import log
 
-from fedsched.agent.federation.round import MemberRunConfig, partition_id
-from fedsched.common.federation.codec import RAW_SUFFIX, ErrorFeedback, decode_int8, encode_int8, nbytes
+from fedsched.agent.federation.round import MemberRunConfig, member_state, partition_id
+from fedsched.common.federation.codec import (
+    Q_SUFFIX,
+    RAW_SUFFIX,
+    DownloadMismatch,
+    ErrorFeedback,
+    apply_download,
+    decode_int8,
+    digest,
+    encode_int8,
+    nbytes,
+)
 from fedsched.common.federation.run_config import with_run_config_defaults
 
 POISON_KINDS = ("nan", "huge", "flip")
 CODECS = ("int8", "fp32")
 RESIDUAL_KEY = "codec.int8-residual"  # the error-feedback residual in context.state
+DOWNLOAD_KINDS = ("full", "delta")  # config "download-kind" of an INT8 download (absent: float32)
+DOWNLOAD_STATE = "download"  # the member's reconstruction of the global, in its state directory
 
 
 def run_config_defaults_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
@@ -122,3 +151,69 @@ def codec_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> M
     else:  # a skipped upload still sends the same keys (zeros) so replies stay consistent
         encoded = encode_int8(delta)
     return _reply(msg, encoded, MetricRecord({**metrics, "bytes-up": int(nbytes(encoded))}))
+
+
+class _Refused(Exception):
+    pass
+
+
+def _receive(msg: Message, context: Context) -> tuple[dict[str, np.ndarray], int]:
+    """The global model the hub sent (float32) and the bytes it took; a refused download raises
+    :class:`_Refused` (see the module docstring)."""
+    arrays = {k: v.numpy() for k, v in msg.content["arrays"].items()}
+    config = msg.content["config"]
+    kind = str(config.get("download-kind", ""))
+    if not kind:
+        return arrays, nbytes(arrays)
+    if kind not in DOWNLOAD_KINDS:
+        raise ValueError(f"unknown download-kind {kind!r}: expected {', '.join(DOWNLOAD_KINDS)}")
+    state = member_state(context.node_config, MemberRunConfig.from_run_config(context.run_config))
+    held = state.load(DOWNLOAD_STATE) if kind == "delta" else None
+    if kind == "delta" and digest(held) != str(config["download-base"]):
+        raise _Refused(f"a delta against {config['download-base']}, the member holds "
+                       f"{digest(held) or 'nothing'}")
+    try:
+        rebuilt = apply_download(arrays, held)
+    except DownloadMismatch as e:
+        raise _Refused(str(e)) from None
+    if digest(rebuilt) != str(config["download-digest"]):
+        raise _Refused(f"the rebuilt global is {digest(rebuilt)}, the hub's is {config['download-digest']}")
+    state.save(DOWNLOAD_STATE, rebuilt)
+    return rebuilt, nbytes(arrays)
+
+
+def download_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Rebuild an INT8-encoded global before ``train`` (see the module docstring)."""
+    try:
+        global_w, received = _receive(msg, context)
+    except _Refused as e:
+        log(WARNING, "member %s: refused the hub's download (%s); skipping the round, the hub sends "
+            "a full copy next time", partition_id(context.node_config), e)
+        return _refusal(msg, context)
+    inner = Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in global_w.items()}),
+                                "config": msg.content["config"]}), metadata=copy.copy(msg.metadata))
+    reply = call_next(inner, context)
+    if reply.has_error():  # a reply to ``inner``, whose metadata is ``msg``'s
+        return reply
+    arrays = next(iter(reply.content.array_records.values()))
+    metrics = next(iter(reply.content.metric_records.values()))
+    out = MetricRecord({**metrics, "bytes-down": int(received), "bytes-down-fp32": int(nbytes(global_w)),
+                        "download-applied": 1})
+    return Message(RecordDict({"arrays": arrays, "metrics": out}), reply_to=msg)
+
+
+def _refusal(msg: Message, context: Context) -> Message:
+    """A skipped round's reply: a zero update of the model's shapes, no examples."""
+    arrays = {k: v.numpy() for k, v in msg.content["arrays"].items()}
+    shapes = {k[: -len(Q_SUFFIX)]: v.shape for k, v in arrays.items() if k.endswith(Q_SUFFIX)}
+    shapes |= {k[: -len(RAW_SUFFIX)]: v.shape for k, v in arrays.items() if k.endswith(RAW_SUFFIX)}
+    zeros = {k: np.zeros(shape, np.float32) for k, shape in shapes.items()}
+    codec = MemberRunConfig.from_run_config(context.run_config).codec
+    update = {k + RAW_SUFFIX: v for k, v in zeros.items()} if codec == "fp32" else encode_int8(zeros)
+    metrics = MetricRecord({
+        "num-examples": 0, "mean-reward": 0.0, "bytes-up": int(nbytes(update)),
+        "bytes-up-fp32": int(nbytes(zeros)), "bytes-down": int(nbytes(arrays)),
+        "bytes-down-fp32": int(nbytes(zeros)), "uploaded": 0, "partition": partition_id(context.node_config),
+        "val-score": float("nan"), "joined": 1, "download-applied": 0,
+    })
+    return _reply(msg, update, metrics)

@@ -26,9 +26,10 @@ A late member before its join round (:attr:`Learner.joins_at`) trains nothing an
 Also here: :class:`MemberRunConfig` (the member's settings, read once from the Flower run
 config), :class:`MemberState` (what outlives a run in the member's state directory: ``W_local``
 and the change accumulated since its last upload, ``.npz`` written atomically; the INT8
-error-feedback residual belongs to the wire codec, in the run's ``context.state``),
+error-feedback residual belongs to the wire codec, in the run's ``context.state``; the
+downloaded global's reconstruction, ``download.npz``, belongs to the download codec),
 :class:`RoundInfo` (what the hub's message says about the round, and the round's seed),
-:func:`load_member` and :func:`partition_id`.
+:func:`load_member`, :func:`member_state` (the state directory alone) and :func:`partition_id`.
 
 May import: ``fedsched.common`` (the learners, which import ``fedsched.agent.learning``, live
 in :mod:`fedsched.agent.federation.learners`).
@@ -46,7 +47,7 @@ from typing import ClassVar
 import numpy as np
 
 from fedsched.common.federation.codec import personalised_mix
-from fedsched.common.federation.members import Member, member_cluster, member_from_node_config
+from fedsched.common.federation.members import Member, member_cluster, member_from_node_config, member_spec
 from fedsched.common.federation.run_config import Value, with_defaults
 from fedsched.common.federation.weights import load_npz, save_npz
 
@@ -145,6 +146,19 @@ class MemberState:
 
     def save(self, name: str, arrays: Weights) -> None:
         save_npz(self.dir / f"{name}.npz", arrays)
+
+
+def member_state(node_config: Config, cfg: MemberRunConfig) -> MemberState:
+    """The member's state directory without building its cluster (what :func:`load_member`
+    returns beside it): ``state_dir``/the member's name (a deployed member's ``cluster-name``,
+    else its nodes CSV's stem; in simulation its partition's cluster name)."""
+    nodes_csv = node_config.get("nodes-csv")
+    if nodes_csv:
+        name = str(node_config.get("cluster-name", Path(str(nodes_csv)).stem))
+    else:
+        pid = partition_id(node_config)
+        name = f"{member_spec(pid).name}-{pid}"
+    return MemberState(Path(cfg.state_dir) / name)
 
 
 def load_member(node_config: Config, cfg: MemberRunConfig) -> tuple[Member, MemberState]:

@@ -12,6 +12,20 @@ and adds it to the next one before quantising (error-feedback compression), so t
 what the server receives tracks the sum of the true updates to within one quantisation
 step instead of drifting: quantisation error does not bias training.
 
+Downloads (:func:`encode_download` on the hub, :func:`apply_download` on both sides): the
+hub sends the global model ``G`` to a member that holds a reconstruction ``R`` (what it rebuilt
+last time) as the INT8 delta ``Q(G - R)`` (per output channel), and the member's new
+reconstruction is ``R + deQ(Q(G - R))``. Because each delta is taken against what the member
+really holds, not against the previous global, last round's quantisation error is part of
+this round's delta (error feedback for free): ``|R_new - G|`` is at most half a step of the
+*delta's* scale every round, and never accumulates. A member without a reconstruction gets a
+full copy: the float32 global (an exact start) or ``Q(G)`` (the delta against zero, the same
+code). :func:`digest` names a reconstruction (a hash of its names, shapes, dtypes and bytes)
+so that a delta carries the digest of the base it applies to and of the result it must
+produce; a member refuses a delta
+whose base it does not hold, or whose result it cannot reproduce, instead of training on a
+corrupted model (:func:`apply_download` raises :class:`DownloadMismatch`).
+
 Also here, the two other pieces of weight arithmetic both sides need: the personalised
 mix ``W = eta * W_local + (1 - eta) * W_global`` and the FedProx proximal term
 ``mu / 2 * ||w - w_global||^2``.
@@ -19,6 +33,7 @@ mix ``W = eta * W_local + (1 - eta) * W_global`` and the FedProx proximal term
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -118,6 +133,74 @@ class ErrorFeedback:
 
     def load(self, residual: Mapping[str, np.ndarray]) -> None:
         self.residual = {k: np.asarray(v, dtype=np.float32) for k, v in residual.items()}
+
+
+class DownloadMismatch(ValueError):
+    """A downloaded delta that cannot be applied to what the member holds."""
+
+
+def digest(weights: Mapping[str, np.ndarray] | None) -> str:
+    """A short name of a set of weights (names, shapes, dtypes and bytes); "" for none."""
+    if weights is None:
+        return ""
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(weights):
+        x = np.ascontiguousarray(weights[name])
+        h.update(f"{name}|{x.dtype.str}|{x.shape}|".encode())
+        h.update(x.tobytes())
+    return h.hexdigest()
+
+
+def encode_download(global_: Mapping[str, np.ndarray], base: Mapping[str, np.ndarray] | None,
+                    full: str = "int8") -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(what the hub sends, what the member will hold): the INT8 delta ``Q(global - base)`` (per
+    output channel) or, without a base, the full copy: ``Q(global)`` (``full = "int8"``) or the
+    float32 global itself (``full = "fp32"``: an exact start); non-float tensors travel whole
+    (``NAME.raw``). The second item is :func:`apply_download`'s result, bit for bit."""
+    if full not in ("int8", "fp32"):
+        raise ValueError(f"full must be 'int8' or 'fp32', got {full!r}")
+    if base is not None and (set(base) != set(global_) or any(
+            np.shape(base[k]) != np.shape(global_[k]) for k in global_)):
+        base = None  # the model changed shape: start over with a full copy
+    if base is None and full == "fp32":
+        arrays = {k: np.asarray(g) for k, g in global_.items()}
+        exact = {k + RAW_SUFFIX: g.astype(np.float32) if np.issubdtype(g.dtype, np.floating) else g
+                 for k, g in arrays.items()}
+        return exact, apply_download(exact, None)
+    diff = {}
+    for name, g in global_.items():
+        g = np.asarray(g)
+        if np.issubdtype(g.dtype, np.floating):
+            g = g.astype(np.float32)
+            diff[name] = g - np.asarray(base[name], dtype=np.float32) if base is not None else g
+        else:
+            diff[name] = g
+    encoded = encode_int8(diff, per_channel=True)
+    return encoded, apply_download(encoded, base)
+
+
+def apply_download(encoded: Mapping[str, np.ndarray],
+                   base: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """The reconstruction a download produces: ``base + deQ(delta)`` (``deQ(full)`` without a
+    base; raw tensors replace). Raises :class:`DownloadMismatch` when ``base`` lacks a tensor
+    of the delta or has another shape."""
+    decoded = decode_int8(encoded)
+    if base is None:
+        return {k: (v.astype(np.float32) if np.issubdtype(v.dtype, np.floating) else v)
+                for k, v in decoded.items()}
+    if set(base) != set(decoded):
+        differ = sorted(set(base) ^ set(decoded))
+        raise DownloadMismatch(f"the delta's tensors differ from the base's: {differ}")
+    out = {}
+    for name, d in decoded.items():
+        if name + RAW_SUFFIX in encoded:
+            out[name] = d
+            continue
+        b = np.asarray(base[name], dtype=np.float32)
+        if b.shape != d.shape:
+            raise DownloadMismatch(f"{name}: base shape {b.shape} != delta shape {d.shape}")
+        out[name] = (b + d).astype(np.float32)
+    return out
 
 
 def personalised_mix(local: Mapping[str, np.ndarray], global_: Mapping[str, np.ndarray],
