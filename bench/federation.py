@@ -6,15 +6,17 @@ Every experiment is one run of Flower's own simulation runtime (``flwr run`` wit
 members of :data:`fedsched.common.federation.members.MEMBERS` in online mode, all from the same
 seeded random start and the same member seeds, so two runs differ only by their condition:
 
-- ``clean`` (FedAvg, INT8 uploads) and ``clean-repeat`` (the same run again: the run-to-run floor of
-  every "vs clean" figure);
+- ``clean`` (FedAvg, INT8 uploads, INT8-delta downloads: the run config's defaults) and
+  ``clean-repeat`` (the same run again: the run-to-run floor of every "vs clean" figure);
 - ``poison-nan`` / ``poison-huge`` / ``poison-flip``: 20% of the members (partition
   :data:`POISONED`, one of five) send NaN, 10^4-times scaled or sign-flipped updates;
   ``flip-fedtrimmedavg`` and ``flip-krum``: the sign flip under the Byzantine-robust strategies;
 - ``failures``: every member fails each round with probability 0.3;
 - ``hub-kill``: the hub (SuperLink and simulation) is killed after its first checkpoint and the
   run is started again on the same directory (it resumes from the checkpoint);
-- ``fp32``: clean FedAvg with float32 uploads; ``fedprox``: clean FedProx with the run config's
+- ``fp32``: clean FedAvg with float32 both ways (uploads and the hub's downloads);
+  ``fp32-down``: clean FedAvg with INT8 uploads and float32 downloads (what the compressed
+  download alone changes); ``fedprox``: clean FedProx with the run config's
   ``proximal-mu`` (0.01) and ``fedprox-mu1`` with :data:`STRONG_MU` (1.0);
 - ``scale`` (``--scale NxR``): N members for R rounds on tiny budgets: wall time and peak RSS.
 
@@ -48,7 +50,9 @@ Reported per run:
    :func:`fedsched.experiment.federate.bytes_sent` (a reply with ``uploaded = 0`` counted as 0)
    and as the reply's payload really is (those replies still carry the encoded zero update);
    the INT8 run against the fp32 run, with the quality cost of INT8 (central and test trouble
-   scores, paired) and the probe decisions the two final models take differently.
+   scores, paired) and the probe decisions the two final models take differently; the bytes
+   received both ways, and the same cost for the compressed download alone (``clean`` against
+   ``fp32-down``).
 5. **FedProx vs FedAvg** on the heterogeneous members: each member's test trouble score under
    both global models and their paired difference with its CI.
 
@@ -408,7 +412,8 @@ def main() -> int:
             plan += [("flip-fedtrimmedavg", "fedtrimmedavg", flip), ("flip-krum", "krum", flip),
                      ("failures", "fedavg", {"fail-rate": 0.3})]
         if "bytes" not in skip:
-            plan.append(("fp32", "fedavg", {"codec": "fp32"}))
+            plan += [("fp32-down", "fedavg", {"download-codec": "fp32"}),
+                     ("fp32", "fedavg", {"codec": "fp32", "download-codec": "fp32"})]
         if "fedprox" not in skip:
             plan += [("fedprox", "fedprox", {}),
                      (f"fedprox-mu{STRONG_MU:g}", "fedprox", {"proximal-mu": STRONG_MU})]
@@ -515,11 +520,18 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
             "fp32_run": bytes_table(hist["fp32"], cfg.clusters),
             "bytes_sent": b,
             "int8_over_fp32": b["int8"]["int8"] / max(b["fp32"]["int8"], 1),  # each run's real bytes-up
+            "down_int8_over_fp32": b["int8"]["down"] / max(b["fp32"]["down"], 1),  # each run's bytes received
             "int8_cost": {"central_int8_minus_fp32": central_paired(clean_c, central(hist["fp32"])),
                           "test_int8_minus_fp32": paired(evals, "clean", "fp32"),
                           "decisions_differ": float((picks["clean"] != picks["fp32"]).mean()),
                           "param_distance_between": distance(finals["clean"], finals["fp32"])},
         }
+        if "fp32-down" in runs:
+            result["bytes"]["download_cost"] = {
+                "test_int8_delta_minus_fp32_down": paired(evals, "clean", "fp32-down"),
+                "central_int8_delta_minus_fp32_down": central_paired(clean_c, central(hist["fp32-down"])),
+                "decisions_differ": float((picks["clean"] != picks["fp32-down"]).mean()),
+                "param_distance_between": distance(finals["clean"], finals["fp32-down"])}
     prox = {"fedprox": cfg.proximal_mu, f"fedprox-mu{STRONG_MU:g}": STRONG_MU}
     result["fedprox_vs_fedavg"] = {name: {
         "proximal_mu": mu, "test_fedprox_minus_fedavg": paired(evals, name, "clean"),
@@ -587,6 +599,8 @@ def format_table(result: dict[str, Any]) -> str:
                      f"({b['int8_over_fp32']:.3f}x); payload incl. replies without an upload: INT8 "
                      f"{b['int8_run']['sent_payload_incl_skips']:,}, "
                      f"fp32 {b['fp32_run']['sent_payload_incl_skips']:,}")
+        lines.append(f"bytes received: INT8 run {b['bytes_sent']['int8']['down']:,} vs fp32 run "
+                     f"{b['bytes_sent']['fp32']['down']:,} ({b['down_int8_over_fp32']:.3f}x)")
         for rnd in b["int8_run"]["per_round"]:
             cells = ", ".join(f"{pid}: {m['bytes_up']:,}{'' if m['uploaded'] else ' (no upload)'}"
                               for pid, m in rnd["members"].items())
@@ -597,6 +611,13 @@ def format_table(result: dict[str, Any]) -> str:
                      f"{_pm(test, '+.4f')} ({test['verdict']}); "
                      f"{cost['decisions_differ']:.1%} of probe decisions differ; |W_int8 - W_fp32| "
                      f"{cost['param_distance_between']:.2e}")
+        if "download_cost" in b:
+            d = b["download_cost"]
+            t = d["test_int8_delta_minus_fp32_down"]
+            lines.append(f"compressed download alone (clean vs fp32-down): central "
+                         f"{_pm(d['central_int8_delta_minus_fp32_down'], '+.4f')}, test {_pm(t, '+.4f')} "
+                         f"({t['verdict']}); {d['decisions_differ']:.1%} of probe decisions differ; "
+                         f"|W_clean - W_fp32-down| {d['param_distance_between']:.2e}")
     for name, f in result.get("fedprox_vs_fedavg", {}).items():
         t = f["test_fedprox_minus_fedavg"]
         lines.append(f"\nFedProx (mu {f['proximal_mu']:g}) - FedAvg, test trouble: pooled {_pm(t, '+.4f')} "

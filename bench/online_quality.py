@@ -20,6 +20,8 @@ Schedulers (columns):
   It is greedy and scores means (no cycle, no noise), so it is a reference, not a bound: where
   a heuristic beats it, the heuristic's measurement of current use carries what it ignores.
   The ``oracle vs best`` column is its relative gap to the best heuristic per metric.
+  ``oracle-app`` and ``oracle-workload`` (``--policies``) apply its rule knowing only each
+  application's true use per request, or only requests: what each part of its knowledge is worth.
 
 Scenarios (rows of :data:`SCENARIOS`): the synthetic member profiles
 (``common/model/synthetic.py``) and the openb trace at the sizes real clusters have (web 200

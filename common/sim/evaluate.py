@@ -71,15 +71,18 @@ def _split(spec: EvalSpec) -> tuple[PodTable, PodTable]:
 
 
 def make_policy(name: str, ctx: SchedulerContext, mode: str) -> Scheduler:
-    """``make_scheduler(name, ctx)``, or the replay oracle for ``"oracle"`` in replay mode (a
-    reference point that reads the simulator's hidden state; never a registered baseline)."""
-    from fedsched.common.sim.replay.oracle import ORACLE, Oracle
+    """``make_scheduler(name, ctx)``, or the replay oracle for ``"oracle"`` (or one of its
+    variants, ``ORACLE_VARIANTS``) in replay mode (a reference point that reads the simulator's
+    hidden state; never a registered baseline)."""
+    from fedsched.common.sim.replay.oracle import ORACLE_VARIANTS, Oracle, OracleArgs
 
-    if name == ORACLE:
+    if name in ORACLE_VARIANTS:
         if mode != "replay":
             raise ValueError("the oracle reads the replay simulator's hidden usage parameters: "
                              "replay mode only")
-        return Oracle(ctx)
+        oracle = Oracle(ctx, OracleArgs(knows=ORACLE_VARIANTS[name]))
+        oracle.name = name
+        return oracle
     return make_scheduler(name, ctx)
 
 

@@ -56,8 +56,19 @@ node leaves idle. On the best-effort-heavy gpu and edge scenarios of the benchma
 not beat kube-default: its figures are a reference for what better predictions of use buy,
 not a bound on what any scheduler can reach.
 
-Arguments (:class:`OracleArgs`): ``fill`` (default 0.5) and ``mem_guard`` (default None:
-the simulator's ``overload_threshold``).
+**How much of its knowledge matters** (``knows``; the evaluation's names
+:data:`ORACLE_VARIANTS`): ``"pod"`` (``oracle``) reads every pod's own true mean as above;
+``"app"`` (``oracle-app``) replaces each pod's mean by its request times its application's true
+mean use per request over all of the application's pods (a perfect per-application estimate,
+which observing an application's running pods approaches: ``Telemetry.app_usage``);
+``"workload"`` (``oracle-workload``) by its request times the workload's ratio ``L`` (requests
+alone, the ranking of a CPU LeastAllocated with the oracle's fill and memory guard). The node
+loads are the same sums over the bound pods of those per-pod values. Their gaps to ``oracle``
+split its gain into what knowing each pod, knowing each application and its scoring rule alone
+are worth.
+
+Arguments (:class:`OracleArgs`): ``fill`` (default 0.5), ``mem_guard`` (default None:
+the simulator's ``overload_threshold``) and ``knows`` (default ``"pod"``).
 """
 
 from __future__ import annotations
@@ -74,6 +85,9 @@ if TYPE_CHECKING:
     from fedsched.common.sim.replay.simulator import ReplaySimulator
 
 ORACLE = "oracle"
+KNOWS = ("pod", "app", "workload")
+ORACLE_VARIANTS = {ORACLE: "pod", "oracle-app": "app", "oracle-workload": "workload"}
+"""The evaluation's names of the oracle and of its variants, with what each knows (``OracleArgs.knows``)."""
 GUARD_OFFSET = 1000.0  # below every node that keeps the memory guard (cpu_after < 1000)
 
 
@@ -85,8 +99,12 @@ class OracleArgs(SchedulerArgs):
     """weight of the projected fill of the node's free requests at the workload's mean use per request"""
     mem_guard: float | None = None
     """expected memory use / capacity a placement must keep (None: the simulator's overload_threshold)"""
+    knows: str = "pod"
+    """whose true mean use it reads: each pod's (pod), its application's per request (app), the workload's"""
 
     def __post_init__(self) -> None:
+        if self.knows not in KNOWS:
+            raise ValueError(f"OracleArgs.knows = {self.knows!r}: expected one of {', '.join(KNOWS)}")
         check_float(self, "fill", 0.0, 1.0)
         if self.mem_guard is not None:
             check_float(self, "mem_guard", 0.0, None, lo_open=True)
@@ -104,6 +122,7 @@ class Oracle(Scheduler):
         self.sim: ReplaySimulator | None = None
         self.mem_guard = 0.85
         self.use_per_request = 1.0
+        self.estimate: tuple[np.ndarray, np.ndarray] | None = None  # per PodTable row, when knows != "pod"
 
     def attach_simulator(self, sim: ReplaySimulator) -> None:
         """Called by ``run_replay`` before the first decision: the simulator, the memory guard
@@ -115,17 +134,41 @@ class Oracle(Scheduler):
         a = self.args
         self.mem_guard = float(sim.config.overload_threshold) if a.mem_guard is None else a.mem_guard
         rows = sim.workload.pod
-        cpu, _ = sim.expected_use(rows)
+        cpu, mem = sim.expected_use(rows)
         req = float(sim.pods.cpu[rows].sum())
         self.use_per_request = float(cpu.sum()) / req if req > 0 else 1.0
+        self.estimate = None if a.knows == "pod" else self._estimates(sim, rows, cpu, mem)
+
+    def _estimates(self, sim: ReplaySimulator, rows: np.ndarray, cpu: np.ndarray,
+                   mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every PodTable row's use as ``knows`` estimates it: request x the true mean use per
+        request of its application (``app``) or of the workload (``workload``), both over the
+        replayed pods (requests of 0 count as 1)."""
+        n = len(sim.pods.cpu)
+        req_cpu = np.maximum(sim.pods.cpu.astype(np.float64), 1.0)
+        req_mem = np.maximum(sim.pods.mem.astype(np.float64), 1.0)
+        if self.args.knows == "workload":
+            groups, n_groups = np.zeros(n, dtype=np.int64), 1
+        else:
+            _, groups = np.unique(np.asarray(sim.pods.app), return_inverse=True)
+            n_groups = int(groups.max()) + 1 if n else 0
+        g = groups[rows]
+        ratio_cpu = np.bincount(g, cpu, n_groups) / np.maximum(np.bincount(g, req_cpu[rows], n_groups), 1e-12)
+        ratio_mem = np.bincount(g, mem, n_groups) / np.maximum(np.bincount(g, req_mem[rows], n_groups), 1e-12)
+        return req_cpu * ratio_cpu[groups], req_mem * ratio_mem[groups]
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         sim = self.sim
         if sim is None:
             raise RuntimeError("the oracle reads the replay simulator's hidden usage: run it through "
                                "run_replay (or call attach_simulator(sim) first)")
-        e_cpu, e_mem = sim.expected_use(pod.index)
-        load_cpu, load_mem = sim.expected_node_use()
+        if self.estimate is None:
+            e_cpu, e_mem = sim.expected_use(pod.index)
+            load_cpu, load_mem = sim.expected_node_use()
+        else:
+            est_cpu, est_mem = self.estimate
+            e_cpu, e_mem = est_cpu[[pod.index]], est_mem[[pod.index]]
+            load_cpu, load_mem = sim.node_sums(est_cpu, est_mem)
         cap_cpu = state.nodes.cpu[nodes].astype(np.float64)
         cap_mem = state.nodes.mem[nodes].astype(np.float64)
         free_cpu = np.maximum(cap_cpu - state.cpu_req[nodes] - pod.cpu, 0.0)

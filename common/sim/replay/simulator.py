@@ -384,15 +384,29 @@ class ReplaySimulator:
         one entry per node (0 for an empty or dead node). The node's true current expected
         load, which no measurement shows (a measurement sees noise and the cycle, and not the
         pods still starting). Costs O(bound pods + nodes) per call."""
-        counts = [len(ps) for ps in self._node_pods]
-        total = sum(counts)
-        n = len(counts)
-        if total == 0:
+        rows, node = self._bound()
+        n = len(self._node_pods)
+        if len(rows) == 0:
             return np.zeros(n), np.zeros(n)
-        rows = np.fromiter(itertools.chain.from_iterable(self._node_pods), dtype=np.int64, count=total)
-        node = np.repeat(np.arange(n), counts)
         cpu, mem = self.expected_use(rows)
         return np.bincount(node, weights=cpu, minlength=n), np.bincount(node, weights=mem, minlength=n)
+
+    def node_sums(self, cpu: np.ndarray, mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, the sums of the per-PodTable-row values ``cpu`` and ``mem`` over the pods
+        bound to it now (as :meth:`expected_node_use` sums the hidden means)."""
+        rows, node = self._bound()
+        n = len(self._node_pods)
+        if len(rows) == 0:
+            return np.zeros(n), np.zeros(n)
+        return (np.bincount(node, weights=cpu[rows], minlength=n),
+                np.bincount(node, weights=mem[rows], minlength=n))
+
+    def _bound(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the pods bound now and their nodes."""
+        counts = [len(ps) for ps in self._node_pods]
+        total = sum(counts)
+        rows = np.fromiter(itertools.chain.from_iterable(self._node_pods), dtype=np.int64, count=total)
+        return rows, np.repeat(np.arange(len(counts)), counts)
 
     @property
     def latencies(self) -> list[float]:

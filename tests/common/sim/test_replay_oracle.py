@@ -98,3 +98,57 @@ def test_the_benchmark_smallest_run_and_the_oracle_beats_the_hot_node_preferrer(
     assert paired["prefer-hot"]["trouble_score"]["verdict"] == "tie"
     acc = sc["acceptance"]
     assert acc["trouble_half_width"]["met"] is False and acc["prefer_hot_worse"]["met"] is False
+
+
+@pytest.mark.parametrize(("name", "knows"), [("oracle", "pod"), ("oracle-app", "app"),
+                                              ("oracle-workload", "workload")])
+def test_the_oracles_variants_by_name(name, knows) -> None:
+    sched = make_policy(name, SchedulerContext(), "replay")
+    assert isinstance(sched, Oracle) and sched.args.knows == knows and sched.name == name
+    with pytest.raises(ValueError, match="replay mode only"):
+        make_policy(name, SchedulerContext(), "packing")
+    with pytest.raises(ValueError, match="knows"):
+        OracleArgs(knows="node")
+
+
+@pytest.mark.parametrize("knows", ["app", "workload"])
+def test_a_variants_estimates_keep_each_groups_true_total_and_score_by_the_same_rule(web, knows) -> None:
+    """``app`` / ``workload``: each pod's use is its request times its group's true use per
+    request, so the estimates of a group's replayed pods sum to the group's true means; the
+    score is the oracle's rule on those estimates and their sums over the bound pods."""
+    nodes, pods = web
+    sim = ReplaySimulator(nodes, pods, config=ReplayConfig(target_load=0.85), seed=5)
+    oracle = Oracle(args=OracleArgs(knows=knows))
+    oracle.attach_simulator(sim)
+    rows = sim.workload.pod
+    cpu, mem = sim.expected_use(rows)
+    est_cpu, est_mem = oracle.estimate
+    groups = np.asarray(pods.app)[rows] if knows == "app" else np.zeros(len(rows), dtype=np.int64)
+    for g in np.unique(groups)[:50]:
+        sel = groups == g
+        np.testing.assert_allclose(est_cpu[rows][sel].sum(), cpu[sel].sum(), rtol=1e-9)
+        np.testing.assert_allclose(est_mem[rows][sel].sum(), mem[sel].sum(), rtol=1e-9)
+    if knows == "app":  # a group's pods share one ratio: different requests, proportional estimates
+        g = groups[0]
+        sel = rows[groups == g]
+        ratio = est_cpu[sel] / np.maximum(pods.cpu[sel], 1)
+        np.testing.assert_allclose(ratio, ratio[0])
+    kd = make_scheduler("kube-default")
+    for _ in range(300):
+        pod, state = sim.next_pod()
+        sim.bind(place(kd, state, pod, sim.rng))
+    pod, state = sim.next_pod()
+    cand = np.flatnonzero(state.alive)
+    load_cpu, load_mem = sim.node_sums(est_cpu, est_mem)
+    bound = np.array([p for p in range(len(pods)) if sim._node[p] >= 0])
+    np.testing.assert_allclose(load_cpu, np.bincount(np.array(sim._node)[bound], weights=est_cpu[bound],
+                                                     minlength=len(nodes)))
+    cap_cpu = state.nodes.cpu[cand].astype(float)
+    free = np.maximum(cap_cpu - state.cpu_req[cand] - pod.cpu, 0.0)
+    risk = (load_cpu[cand] + est_cpu[pod.index] + 0.5 * oracle.use_per_request * free) / cap_cpu
+    mem_after = (load_mem[cand] + est_mem[pod.index]) / state.nodes.mem[cand]
+    want = np.where(mem_after <= oracle.mem_guard, -risk, -1000.0 - mem_after)
+    np.testing.assert_allclose(oracle.score(state, pod, cand), want)
+    knows_each_pod = Oracle()
+    knows_each_pod.attach_simulator(sim)
+    assert not np.allclose(knows_each_pod.score(state, pod, cand), want)  # what it knows changes its scores

@@ -1,0 +1,110 @@
+"""Attempt 7 of the learning issue, a probe (not a shipped scheduler): the oracle's rule on an
+*observable* estimate of use. Each application's use per request is what its running pods show
+(``app-history-now``: the latest reading, sampled every minute; ``app-history``: a time-decayed
+average, sampled every 5 minutes with a 6-hour time constant, so the daily cycle averages out);
+a node's load is the sum over its bound pods of request x their application's ratio, the pod's
+the same (the cluster's ratio for an application with no running pod).
+
+It reads the replay's usage model through private attributes (the per-application sums behind
+``Telemetry.app_usage``), which is why it is a probe and not a scheduler. Run from the project
+root; it adds its two names to ``bench/online_quality.py``::
+
+    python bench/results/attempts/app_history_probe.py --scenarios web,gpu,edge \\
+        --policies kube-default,app-history,app-history-now --jobs 2 \\
+        --json bench/results/attempts/app_history_probe.json
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.schedulers import RESOLVERS
+from fedsched.common.schedulers.base import Scheduler, SchedulerContext
+from fedsched.common.sim.replay import ReplaySimulator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/, for online_quality
+import online_quality
+
+
+class AppHistory(Scheduler):
+    name = "app-history"
+
+    def __init__(self, ctx: SchedulerContext | None = None, tau: float = 6 * 3600.0, every: float = 300.0,
+                 fill: float = 0.5) -> None:
+        super().__init__(ctx)
+        self.tau, self.every, self.fill = tau, every, fill
+        self.sim: ReplaySimulator | None = None
+
+    def attach_simulator(self, sim: ReplaySimulator) -> None:
+        if sim is self.sim:
+            return
+        self.sim = sim
+        self.ema = np.full((2, sim.usage._n_apps), np.nan)
+        self.cluster: np.ndarray | None = None
+        self.last = -np.inf
+        self.guard = float(sim.config.overload_threshold)
+
+    def _update(self) -> None:
+        sim, u = self.sim, self.sim.usage
+        now = sim.now
+        if now - self.last < self.every:
+            return
+        if u._app_code:
+            u.app_usage(next(iter(u._app_code)))  # fills the per-application sums
+        if u._app_sums is None:
+            return
+        use, tot = u._app_sums
+        ok = tot[0] > 0
+        ratio = np.where(ok, use / np.maximum(tot, 1e-12), np.nan)
+        w = 1.0 if not np.isfinite(self.last) else 1.0 - np.exp(-(now - self.last) / self.tau)
+        fresh = ok & np.isnan(self.ema[0])
+        seen = ok & ~fresh
+        self.ema[:, fresh] = ratio[:, fresh]
+        self.ema[:, seen] += w * (ratio[:, seen] - self.ema[:, seen])
+        if tot[0].sum() > 0:
+            c = use.sum(axis=1) / np.maximum(tot.sum(axis=1), 1e-12)
+            self.cluster = c if self.cluster is None else self.cluster + w * (c - self.cluster)
+        self.last = now
+
+    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
+        self._update()
+        sim, u = self.sim, self.sim.usage
+        cluster = self.cluster if self.cluster is not None else np.array([0.5, 0.5])
+
+        def estimate(rows: np.ndarray) -> np.ndarray:
+            d = u._app_dense[rows]
+            ratio = np.where(d >= 0, self.ema[:, np.maximum(d, 0)], np.nan)
+            ratio = np.where(np.isnan(ratio), cluster[:, None], ratio)
+            return u._req_nz[:, rows] * ratio
+
+        rows, node = sim._bound()
+        n = len(sim._node_pods)
+        if len(rows):
+            e = estimate(rows)
+            load_cpu, load_mem = np.bincount(node, e[0], n), np.bincount(node, e[1], n)
+        else:
+            load_cpu = load_mem = np.zeros(n)
+        own = estimate(np.array([pod.index]))
+        cap_cpu = state.nodes.cpu[nodes].astype(np.float64)
+        cap_mem = state.nodes.mem[nodes].astype(np.float64)
+        free = np.maximum(cap_cpu - state.cpu_req[nodes] - pod.cpu, 0.0)
+        risk = (load_cpu[nodes] + own[0, 0] + self.fill * cluster[0] * free) / cap_cpu
+        mem_after = (load_mem[nodes] + own[1, 0]) / cap_mem
+        return np.where(mem_after <= self.guard, -risk, -1000.0 - mem_after)
+
+
+def resolve(name: str, ctx: SchedulerContext) -> Scheduler | None:
+    if name == "app-history":
+        return AppHistory(ctx)
+    if name == "app-history-now":
+        return AppHistory(ctx, tau=1.0, every=60.0)
+    return None
+
+
+if __name__ == "__main__":
+    RESOLVERS.insert(0, resolve)
+    sys.exit(online_quality.main(sys.argv[1:]))
