@@ -9,8 +9,11 @@ seeded random start and the same member seeds, so two runs differ only by their 
 - ``clean`` (FedAvg, INT8 uploads, INT8-delta downloads: the run config's defaults) and
   ``clean-repeat`` (the same run again: the run-to-run floor of every "vs clean" figure);
 - ``poison-nan`` / ``poison-huge`` / ``poison-flip``: 20% of the members (partition
-  :data:`POISONED`, one of five) send NaN, 10^4-times scaled or sign-flipped updates;
+  :data:`POISONED`, one of five) send NaN, 10^4-times scaled or sign-flipped updates (the flip
+  with the hub's direction check off: undefended FedAvg);
   ``flip-fedtrimmedavg`` and ``flip-krum``: the sign flip under the Byzantine-robust strategies;
+  ``flip-cosine``: the sign flip under FedAvg with the hub's direction check (``cosine-floor``
+  :data:`COSINE_FLOOR`: an update pointing away from the median of the others is rejected);
 - ``failures``: every member fails each round with probability 0.3;
 - ``hub-kill``: the hub (SuperLink and simulation) is killed after its first checkpoint and the
   run is started again on the same directory (it resumes from the checkpoint);
@@ -82,9 +85,10 @@ import numpy as np
 from harness.provenance import git_commit, machine, write_json
 
 from fedsched.common.federation.members import member_cluster
+from fedsched.common.federation.run_config import app_defaults
 from fedsched.common.federation.weights import load_npz
 from fedsched.common.model.metrics import mean_ci95
-from fedsched.coordinator.server_app import initial_weights
+from fedsched.coordinator.server_app import initial_weights, strategy_arguments
 from fedsched.experiment.baselines import evaluate_member, worker_init
 from fedsched.experiment.config import FederateConfig
 from fedsched.experiment.federate import bytes_sent, run_flower, stop_local_superlink
@@ -94,6 +98,7 @@ POISONED = "1"  # the poisoned partition (web: a full-budget member from round 1
 BAND = math.log(1.05)  # "within 5% of clean": the CI of the paired log-ratio difference inside +-BAND
 Weights = dict[str, np.ndarray]
 STRONG_MU = 1.0  # a second FedProx run, 100x the run config's proximal-mu (0.01 barely moves the model)
+COSINE_FLOOR = -0.3  # flip-cosine's cosine-floor (the run config's default): the flip under that check
 REUSE = False  # --reuse: runs already finished in --out are not run again
 
 
@@ -407,9 +412,12 @@ def main() -> int:
             plan.append(("clean-repeat", "fedavg", {}))
         if "robust" not in skip:
             plan += [(f"poison-{k}", "fedavg", {"poison-members": POISONED, "poison-kind": k})
-                     for k in ("nan", "huge", "flip")]
-            flip = {"poison-members": POISONED, "poison-kind": "flip"}
-            plan += [("flip-fedtrimmedavg", "fedtrimmedavg", flip), ("flip-krum", "krum", flip),
+                     for k in ("nan", "huge")]
+            # The flip undefended (no direction check), then under each defence.
+            flip = {"poison-members": POISONED, "poison-kind": "flip", "cosine-floor": -1.0}
+            plan += [("poison-flip", "fedavg", flip),
+                     ("flip-fedtrimmedavg", "fedtrimmedavg", flip), ("flip-krum", "krum", flip),
+                     ("flip-cosine", "fedavg", {**flip, "cosine-floor": COSINE_FLOOR}),
                      ("failures", "fedavg", {"fail-rate": 0.3})]
         if "bytes" not in skip:
             plan += [("fp32-down", "fedavg", {"download-codec": "fp32"}),
@@ -502,6 +510,8 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
             h = hist[name]
             row["central_per_round"] = [e["central"]["trouble_score"] for e in h]
             row["rejected_per_round"] = [len(e["rejected"]) for e in h]
+            # partition -> its update's cosine to the median of the others' updates
+            row["cosines_per_round"] = [e.get("cosines", {}) for e in h]
             row["rejections"] = [{"round": e["round"], **r} for e in h for r in e["rejected"]]
             row["skipped_per_round"] = [len(e["skipped"]) for e in h]
             row["members_reporting_per_round"] = [len(e["members"]) for e in h]
@@ -539,11 +549,14 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
         "decisions_differ": float((picks[name] != picks["clean"]).mean()),
         "param_distance_between": distance(finals[name], finals["clean"]),
     } for name, mu in prox.items() if name in runs}
+    defaults = app_defaults()
+    byzantine, min_nodes = float(defaults["byzantine-fraction"]), int(defaults["min-nodes"])
+    own = {n: strategy_arguments(n, defaults) for n in ("fedtrimmedavg", "krum")}
     result["strategy_parameters"] = (
-        "The run config carries no FedTrimmedAvg beta and no Krum num_malicious_nodes (server_app.py passes "
-        "only proximal-mu, to FedProx): FedTrimmedAvg runs with beta = 0.2 (int(0.2 n) updates trimmed per "
-        "tail and coordinate: 1 of 5, but 0 of 4, e.g. before the late member joins or when one fails); Krum "
-        "with num_malicious_nodes = 0 (scores over the n - 2 nearest updates instead of n - f - 2).")
+        f"From the run config (byzantine-fraction {byzantine:g}, min-nodes {min_nodes}): FedTrimmedAvg "
+        f"runs with beta = {own['fedtrimmedavg']['beta']:g} (int(beta n) updates trimmed per tail and "
+        f"coordinate), Krum with num_malicious_nodes = {own['krum']['num_malicious_nodes']} (scores over "
+        f"the n - f - 2 nearest updates).")
 
 
 def _pm(d: dict[str, float] | None, fmt: str = "+.3f") -> str:
@@ -575,6 +588,16 @@ def format_table(result: dict[str, Any]) -> str:
     for row in [head, *rows]:
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
                                enumerate(zip(row, widths, strict=True))))
+    lines.append("\neach update's cosine to the median of the round's other updates, by partition, "
+                 f"lowest over the rounds (partition {POISONED} is the poisoned one in the poison and flip "
+                 "runs):")
+    for name, r in rep.items():
+        lowest: dict[str, float] = {}
+        for per in r.get("cosines_per_round", []):
+            for pid, c in per.items():
+                lowest[pid] = min(lowest.get(pid, c), c)
+        if lowest:
+            lines.append(f"  {name}: " + ", ".join(f"{pid}: {c:+.2f}" for pid, c in sorted(lowest.items())))
     c = rep["clean"]
     lines.append(f"\nclean vs random start: test {_pm(c['test_vs_random_start'])} "
                  f"({c['test_vs_random_start']['verdict']}), central {_pm(c['central_vs_random_start'])}; "

@@ -10,7 +10,8 @@
 - :class:`HubRecorder`: the ``evaluate_fn``. Flower calls it after every round with the
   aggregated arrays (and once before the first round with the initial ones); for each new
   round it evaluates the model, appends the round's entry to ``rounds.json`` (central
-  metrics, the members' metrics by partition, rejected and skipped updates, the aggregated
+  metrics, the members' metrics by partition, rejected and skipped updates, each update's
+  cosine to the others' median (by partition), the aggregated
   train metrics with bytes up/down, wall time) and then checkpoints the model
   (``global.npz`` with its round number, written atomically). On a resumed hub it keeps the
   entries of the rounds the checkpoint holds and drops any later one (a hub killed between the
@@ -131,6 +132,8 @@ class HubRecorder:
         if report is not None:
             entry["rejected"] = [asdict(r) for r in report.rejected]
             entry["skipped"] = list(report.skipped)
+            entry["cosines"] = {str(int(report.members.get(node, {}).get("partition", node))): c
+                                for node, c in report.cosines.items()}
             entry["members"] = {str(int(m.get("partition", node))): m for node, m in report.members.items()}
             if report.train_metrics is not None:
                 entry["train"] = report.train_metrics

@@ -8,9 +8,12 @@ own scales), so :class:`QuantizedUpdates` overrides ``aggregate_train`` and, bef
 aggregation:
 
 1. decodes each reply's arrays into a float32 delta;
-2. validates it: the same tensors, shapes and dtypes as the model, no NaN/Inf, and a norm
-   within ``norm_bound`` x the median norm of the round's *other* updates; a rejected update is
-   logged with its node and reason and does not stop the round;
+2. validates it: the same tensors, shapes and dtypes as the model, no NaN/Inf, a norm within
+   ``norm_bound`` x the median norm of the round's *other* updates and, with three or more
+   valid updates, a direction: its cosine similarity to the coordinate-wise median of the
+   round's other updates must be at least ``cosine_floor`` (a sign-flipped update points away
+   from the others; ``-1`` turns the check off; every cosine is kept in the round's report); a
+   rejected update is logged with its node and reason and does not stop the round;
 3. drops replies that report zero examples (a member that skipped its upload this round:
    sparse communication);
 4. builds, for each remaining reply, a *new* message holding the full weights
@@ -93,6 +96,7 @@ class RoundReport:
     kept: list[int] = field(default_factory=list)  # nodes whose updates were aggregated
     rejected: list[Rejection] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)  # nodes that reported zero examples
+    cosines: dict[int, float] = field(default_factory=dict)  # node -> cosine to the others' median update
     members: dict[int, dict[str, float]] = field(default_factory=dict)  # node -> its reply's metrics
     train_metrics: dict[str, float] | None = None  # the parent's aggregate (None: nothing aggregated)
 
@@ -103,6 +107,7 @@ class StrategyArgs(TypedDict, total=False):
     and checks: :meth:`QuantizedUpdates.__init__`."""
 
     norm_bound: Required[float]  # a multiple of the round's median norm; inf turns the check off
+    cosine_floor: float  # least cosine to the others' median update; -1 (this class's default) turns it off
     fraction_train: Required[float]
     min_train_nodes: Required[int]
     min_available_nodes: Required[int]
@@ -133,6 +138,7 @@ class QuantizedUpdates(FedAvg):
 
     def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
                  min_available_nodes: int, round_offset: int = 0, download_codec: str = "fp32",
+                 cosine_floor: float = -1.0,
                  fraction_evaluate: float = 1.0,
                  min_evaluate_nodes: int = 2, weighted_by_key: str = "num-examples",
                  arrayrecord_key: str = "arrays", configrecord_key: str = "config",
@@ -144,6 +150,8 @@ class QuantizedUpdates(FedAvg):
             raise ValueError(f"norm_bound must be > 0 (a multiple of the round's median norm), "
                              f"got {norm_bound}")
         _check_count("round_offset", round_offset)
+        if not -1.0 <= cosine_floor <= 1.0:  # also rejects NaN
+            raise ValueError(f"cosine_floor must be in [-1, 1] (-1: no direction check), got {cosine_floor}")
         if download_codec not in DOWNLOAD_CODECS:
             raise ValueError(f"unknown download codec {download_codec!r}: "
                              f"expected {', '.join(DOWNLOAD_CODECS)}")
@@ -159,6 +167,7 @@ class QuantizedUpdates(FedAvg):
         _check_count("min_evaluate_nodes", self.min_evaluate_nodes)
         _check_count("min_available_nodes", self.min_available_nodes)
         self.norm_bound = float(norm_bound)
+        self.cosine_floor = float(cosine_floor)
         self.round_offset = round_offset
         self.reports: dict[int, RoundReport] = {}
         self._global: dict[str, np.ndarray] = {}
@@ -172,6 +181,8 @@ class QuantizedUpdates(FedAvg):
         """Log summary configuration of the strategy."""
         log(INFO, "\t├──> Quantized updates (INT8 deltas, validated before aggregation):")
         log(INFO, "\t│\t├── Norm bound: %s x the median norm of the round's other updates", self.norm_bound)
+        log(INFO, "\t│\t├── Cosine floor: %s to the median of the round's other updates (-1: off)",
+            self.cosine_floor)
         log(INFO, "\t│\t├── Download codec: %s", self.download_codec)
         log(INFO, "\t│\t└── Round offset: %d (rounds already done; numbering continues from %d)",
             self.round_offset, self.round_offset + 1)
@@ -308,6 +319,9 @@ class QuantizedUpdates(FedAvg):
             decoded.append((msg, delta, metrics))
         norms = np.array([math.sqrt(sum(float((d * d).sum()) for d in delta.values()))
                           for _, delta, _ in decoded])
+        cosines = self._cosines([delta for _, delta, _ in decoded])
+        report.cosines = {int(msg.metadata.src_node_id): c
+                          for (msg, _, _), c in zip(decoded, cosines, strict=True) if c is not None}
         kept: list[Message] = []
         for i, (msg, delta, metrics) in enumerate(decoded):
             # Leave-one-out median: one huge update cannot raise its own bar (with two
@@ -317,6 +331,11 @@ class QuantizedUpdates(FedAvg):
             if norms[i] > bound:
                 self._reject(report, int(msg.metadata.src_node_id),
                              f"update norm {norms[i]:.3g} above {self.norm_bound:g} x the round's median")
+                continue
+            if cosines[i] is not None and cosines[i] < self.cosine_floor:
+                self._reject(report, int(msg.metadata.src_node_id),
+                             f"update direction: cosine {cosines[i]:.3g} to the median of the round's other "
+                             f"updates, below {self.cosine_floor:g}")
                 continue
             full = ArrayRecord({k: Array((self._global[k] + delta[k]).astype(np.float32))
                                 for k in self._global})
@@ -333,6 +352,23 @@ class QuantizedUpdates(FedAvg):
         if metrics_out is not None:
             report.train_metrics = {k: float(v) for k, v in metrics_out.items()}  # type: ignore[arg-type]
         return arrays_out, metrics_out
+
+    @staticmethod
+    def _cosines(deltas: list[dict[str, np.ndarray]]) -> list[float | None]:
+        """Each update's cosine similarity to the coordinate-wise median of the *other* updates
+        (leave-one-out, like the norm check: an update cannot pull its own reference); None for
+        every update when fewer than three (with two, each is the other's reference, and neither
+        can be told from an attacker) or for a zero update."""
+        if len(deltas) < 3:
+            return [None] * len(deltas)
+        names = sorted(deltas[0])
+        flat = np.stack([np.concatenate([d[k].ravel().astype(np.float64) for k in names]) for d in deltas])
+        out: list[float | None] = []
+        for i in range(len(flat)):
+            ref = np.median(np.delete(flat, i, axis=0), axis=0)
+            den = float(np.linalg.norm(flat[i]) * np.linalg.norm(ref))
+            out.append(float(flat[i] @ ref) / den if den > 0 else None)
+        return out
 
     def _reject(self, report: RoundReport, node: int, reason: str) -> None:
         log(WARNING, "round %s: rejected the update of node %s: %s", report.server_round, node, reason)

@@ -112,6 +112,51 @@ def test_bad_updates_are_rejected_with_node_and_reason_and_the_round_goes_on():
     np.testing.assert_allclose(arrays["w"].numpy(), GLOBAL["w"] + good["w"], atol=0.1 / 127 * 4)
 
 
+class FiveNodes:
+    def get_node_ids(self):
+        return [11, 12, 13, 14, 15]
+
+
+def _round_of_five(floor: float | None, flipped: bool = True):
+    """Four members whose updates share a direction (plus their own noise) and a fifth that sends
+    its own update sign-flipped."""
+    kwargs = {} if floor is None else {"cosine_floor": floor}
+    s = strategy("fedavg", min_train_nodes=5, min_available_nodes=5, **kwargs)
+    arrays = ArrayRecord({k: Array(v) for k, v in GLOBAL.items()})
+    msgs = list(s.configure_train(1, arrays, ConfigRecord({"lr": 0.1}), FiveNodes()))
+    shared = deltas(100)
+    ds = [{k: shared[k] + 0.3 * deltas(i)[k] for k in GLOBAL} for i in range(5)]
+    if flipped:
+        ds[4] = {k: -v for k, v in ds[4].items()}
+    s.aggregate_train(1, [reply(m, d, 10) for m, d in zip(msgs, ds, strict=True)])
+    return s.reports[1], [int(m.metadata.dst_node_id) for m in msgs]
+
+
+@pytest.mark.parametrize(("floor", "rejected"), [(None, False), (-1.0, False), (0.0, True), (0.5, True)])
+def test_a_sign_flipped_update_points_away_from_the_others(floor, rejected):
+    """Every update's cosine to the median of the round's other updates is reported; below
+    ``cosine_floor`` the update is rejected with that reason (the default, -1, rejects none)."""
+    report, node = _round_of_five(floor)
+    flipper = node[4]
+    assert set(report.cosines) == set(node)
+    assert report.cosines[flipper] < -0.5 and all(report.cosines[n] > 0.5 for n in node[:4])
+    if rejected:
+        assert [r.node for r in report.rejected] == [flipper] and "cosine" in report.rejected[0].reason
+        assert sorted(report.kept) == sorted(node[:4])
+    else:
+        assert report.rejected == [] and len(report.kept) == 5
+    clean, _ = _round_of_five(0.5, flipped=False)  # honest members with their own noise all pass
+    assert clean.rejected == [] and min(clean.cosines.values()) > 0.5
+
+
+def test_with_two_updates_there_is_no_direction_check():
+    s = strategy("fedavg", min_train_nodes=2, min_available_nodes=2, cosine_floor=0.9)
+    msgs = send(s)[:2]
+    d = deltas(0)
+    s.aggregate_train(1, [reply(msgs[0], d, 10), reply(msgs[1], {k: -v for k, v in d.items()}, 10)])
+    assert s.reports[1].cosines == {} and s.reports[1].rejected == [] and len(s.reports[1].kept) == 2
+
+
 def test_shape_mismatch_and_zero_example_rounds():
     s = strategy("fedavg")
     msgs = send(s)
@@ -171,6 +216,8 @@ def test_each_name_is_an_explicit_subclass_of_flowers_strategy():
     ("fedavg", {"norm_bound": 0.0}, "norm_bound"),
     ("fedavg", {"norm_bound": math.nan}, "norm_bound"),
     ("fedavg", {"round_offset": -1}, "round_offset"),
+    ("fedavg", {"cosine_floor": 1.5}, "cosine_floor"),
+    ("fedavg", {"cosine_floor": math.nan}, "cosine_floor"),
     ("fedavg", {"round_offset": 1.5}, "round_offset"),
     ("fedavg", {"fraction_train": 1.5}, "fraction_train"),
     ("fedavg", {"fraction_evaluate": -0.1}, "fraction_evaluate"),
@@ -190,8 +237,8 @@ def test_arguments_are_checked_with_clear_errors(name, kwargs, message):
 def test_summary_logs_the_validation_settings_and_the_parents(caplog):
     caplog.set_level(logging.INFO, logger="flwr")
     cases = [
-        (QuantizedFedAvg(**{**SETTINGS, "norm_bound": 3.0}, round_offset=4),
-         ["Norm bound: 3.0", "Round offset: 4", "Fraction: train"]),
+        (QuantizedFedAvg(**{**SETTINGS, "norm_bound": 3.0}, round_offset=4, cosine_floor=0.0),
+         ["Norm bound: 3.0", "Round offset: 4", "Fraction: train", "Cosine floor: 0.0"]),
         (QuantizedFedProx(**SETTINGS, proximal_mu=0.05),
          ["Norm bound: 5.0", "Proximal mu: 0.05", "Minimum nodes"]),
         (QuantizedFedTrimmedAvg(**SETTINGS, beta=0.3),
