@@ -565,6 +565,14 @@ def _pm(d: dict[str, float] | None, fmt: str = "+.3f") -> str:
     return f"{d['mean']:{fmt}} ± {d['ci95']:.3f}"
 
 
+def _cost_line(title: str, cost: dict[str, Any], central_key: str, test_key: str, distance_label: str) -> str:
+    """One codec comparison: central and test differences, probe decisions, weight distance."""
+    test = cost[test_key]
+    return (f"{title} {_pm(cost[central_key], '+.4f')}, test {_pm(test, '+.4f')} ({test['verdict']}); "
+            f"{cost['decisions_differ']:.1%} of probe decisions differ; {distance_label} "
+            f"{cost['param_distance_between']:.2e}")
+
+
 def format_table(result: dict[str, Any]) -> str:
     rep = result["report"]
     lines = [f"\nprobe set: {result['probes']['n']} decisions "
@@ -628,19 +636,12 @@ def format_table(result: dict[str, Any]) -> str:
             cells = ", ".join(f"{pid}: {m['bytes_up']:,}{'' if m['uploaded'] else ' (no upload)'}"
                               for pid, m in rnd["members"].items())
             lines.append(f"  INT8 round {rnd['round']}: {cells}")
-        cost = b["int8_cost"]
-        test = cost["test_int8_minus_fp32"]
-        lines.append(f"INT8 cost: central int8 - fp32 {_pm(cost['central_int8_minus_fp32'], '+.4f')}, test "
-                     f"{_pm(test, '+.4f')} ({test['verdict']}); "
-                     f"{cost['decisions_differ']:.1%} of probe decisions differ; |W_int8 - W_fp32| "
-                     f"{cost['param_distance_between']:.2e}")
+        lines.append(_cost_line("INT8 cost: central int8 - fp32", b["int8_cost"], "central_int8_minus_fp32",
+                                "test_int8_minus_fp32", "|W_int8 - W_fp32|"))
         if "download_cost" in b:
-            d = b["download_cost"]
-            t = d["test_int8_delta_minus_fp32_down"]
-            lines.append(f"compressed download alone (clean vs fp32-down): central "
-                         f"{_pm(d['central_int8_delta_minus_fp32_down'], '+.4f')}, test {_pm(t, '+.4f')} "
-                         f"({t['verdict']}); {d['decisions_differ']:.1%} of probe decisions differ; "
-                         f"|W_clean - W_fp32-down| {d['param_distance_between']:.2e}")
+            lines.append(_cost_line("compressed download alone (clean vs fp32-down): central",
+                                    b["download_cost"], "central_int8_delta_minus_fp32_down",
+                                    "test_int8_delta_minus_fp32_down", "|W_clean - W_fp32-down|"))
     for name, f in result.get("fedprox_vs_fedavg", {}).items():
         t = f["test_fedprox_minus_fedavg"]
         lines.append(f"\nFedProx (mu {f['proximal_mu']:g}) - FedAvg, test trouble: pooled {_pm(t, '+.4f')} "
