@@ -5,7 +5,8 @@ average, sampled every 5 minutes with a 6-hour time constant, so the daily cycle
 a node's load is the sum over its bound pods of request x their application's ratio, the pod's
 the same (the cluster's ratio for an application with no running pod).
 
-It reads the replay's usage model through private attributes (the per-application sums behind
+It is the oracle's scoring rule with the oracle's hidden figures replaced (a subclass of it), and
+reads the replay's usage model through private attributes (the per-application sums behind
 ``Telemetry.app_usage``), which is why it is a probe and not a scheduler. Run from the project
 root; it adds its two names to ``bench/online_quality.py``::
 
@@ -25,30 +26,35 @@ from fedsched.common.model.cluster import ClusterState, Pod
 from fedsched.common.schedulers import RESOLVERS
 from fedsched.common.schedulers.base import Scheduler, SchedulerContext
 from fedsched.common.sim.replay import ReplaySimulator
+from fedsched.common.sim.replay.oracle import Oracle
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/, for online_quality
 import online_quality
 
 
-class AppHistory(Scheduler):
+class AppHistory(Oracle):
+    """The oracle's rule (:class:`~fedsched.common.sim.replay.oracle.Oracle`), its per-pod
+    estimates and the fill term's use per request replaced by what the running pods show."""
+
     name = "app-history"
 
-    def __init__(self, ctx: SchedulerContext | None = None, tau: float = 6 * 3600.0, every: float = 300.0,
-                 fill: float = 0.5) -> None:
+    def __init__(self, ctx: SchedulerContext | None = None, tau: float = 6 * 3600.0,
+                 every: float = 300.0) -> None:
         super().__init__(ctx)
-        self.tau, self.every, self.fill = tau, every, fill
-        self.sim: ReplaySimulator | None = None
+        self.tau, self.every = tau, every
 
     def attach_simulator(self, sim: ReplaySimulator) -> None:
         if sim is self.sim:
             return
-        self.sim = sim
+        super().attach_simulator(sim)  # the memory guard; the hidden figures it reads are replaced below
         self.ema = np.full((2, sim.usage._n_apps), np.nan)
-        self.cluster: np.ndarray | None = None
+        self.cluster = np.array([0.5, 0.5])  # before anything runs
+        self.seen = False
         self.last = -np.inf
-        self.guard = float(sim.config.overload_threshold)
+        self._refresh_estimates()
 
-    def _update(self) -> None:
+    def _sample(self) -> None:
+        """Fold the running pods' current use per request into each application's average."""
         sim, u = self.sim, self.sim.usage
         now = sim.now
         if now - self.last < self.every:
@@ -67,34 +73,24 @@ class AppHistory(Scheduler):
         self.ema[:, seen] += w * (ratio[:, seen] - self.ema[:, seen])
         if tot[0].sum() > 0:
             c = use.sum(axis=1) / np.maximum(tot.sum(axis=1), 1e-12)
-            self.cluster = c if self.cluster is None else self.cluster + w * (c - self.cluster)
+            self.cluster = c if not self.seen else self.cluster + w * (c - self.cluster)
+            self.seen = True
         self.last = now
+        self._refresh_estimates()
+
+    def _refresh_estimates(self) -> None:
+        """Every row's estimate: request x its application's average (the cluster's if unseen)."""
+        u = self.sim.usage
+        d = u._app_dense
+        ratio = np.where(d >= 0, self.ema[:, np.maximum(d, 0)], np.nan)
+        ratio = np.where(np.isnan(ratio), self.cluster[:, None], ratio)
+        est = u._req_nz * ratio
+        self.estimate = (est[0], est[1])
+        self.use_per_request = float(self.cluster[0])
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
-        self._update()
-        sim, u = self.sim, self.sim.usage
-        cluster = self.cluster if self.cluster is not None else np.array([0.5, 0.5])
-
-        def estimate(rows: np.ndarray) -> np.ndarray:
-            d = u._app_dense[rows]
-            ratio = np.where(d >= 0, self.ema[:, np.maximum(d, 0)], np.nan)
-            ratio = np.where(np.isnan(ratio), cluster[:, None], ratio)
-            return u._req_nz[:, rows] * ratio
-
-        rows, node = sim._bound()
-        n = len(sim._node_pods)
-        if len(rows):
-            e = estimate(rows)
-            load_cpu, load_mem = np.bincount(node, e[0], n), np.bincount(node, e[1], n)
-        else:
-            load_cpu = load_mem = np.zeros(n)
-        own = estimate(np.array([pod.index]))
-        cap_cpu = state.nodes.cpu[nodes].astype(np.float64)
-        cap_mem = state.nodes.mem[nodes].astype(np.float64)
-        free = np.maximum(cap_cpu - state.cpu_req[nodes] - pod.cpu, 0.0)
-        risk = (load_cpu[nodes] + own[0, 0] + self.fill * cluster[0] * free) / cap_cpu
-        mem_after = (load_mem[nodes] + own[1, 0]) / cap_mem
-        return np.where(mem_after <= self.guard, -risk, -1000.0 - mem_after)
+        self._sample()
+        return super().score(state, pod, nodes)
 
 
 def resolve(name: str, ctx: SchedulerContext) -> Scheduler | None:

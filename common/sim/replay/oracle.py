@@ -142,8 +142,8 @@ class Oracle(Scheduler):
     def _estimates(self, sim: ReplaySimulator, rows: np.ndarray, cpu: np.ndarray,
                    mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every PodTable row's use as ``knows`` estimates it: request x the true mean use per
-        request of its application (``app``) or of the workload (``workload``), both over the
-        replayed pods (requests of 0 count as 1)."""
+        request of its application (``app``; pods without one, code -1, form one group) or of the
+        workload (``workload``), both over the replayed pods (requests of 0 count as 1)."""
         n = len(sim.pods.cpu)
         req_cpu = np.maximum(sim.pods.cpu.astype(np.float64), 1.0)
         req_mem = np.maximum(sim.pods.mem.astype(np.float64), 1.0)
