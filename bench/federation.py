@@ -260,7 +260,7 @@ def hub_kill(out: Path, cfg: FederateConfig, name: str = "hub-kill") -> dict[str
 
 
 # ---- probe decisions ------------------------------------------------------------------------------
-def collect_probes(args: tuple[int, int, int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+def collect_probes(args: tuple[int, str, int, int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
     """Up to ``n`` decision points (node features, pod, context, kube-default's pick) of the
     member's validation pods scheduled by kube-default in its replay twin."""
     from fedsched.agent.learning.env import EnvConfig, SchedulingEnv
@@ -269,8 +269,8 @@ def collect_probes(args: tuple[int, int, int]) -> list[tuple[np.ndarray, np.ndar
     from fedsched.common.schedulers.base import Placement
     from fedsched.common.schedulers.kube_default import KubeDefault
 
-    member_id, n, seed = args
-    member = member_cluster(member_id)
+    member_id, size, n, seed = args
+    member = member_cluster(member_id, size=size)
     assert member.val is not None
     pods = fits_somewhere(member.val, member.nodes)
     replay = {**member.replay, "allow_unreachable_load": True}
@@ -371,6 +371,8 @@ def main() -> int:
     ap.add_argument("--skip", default="", help="comma-separated families to skip: robust, bytes, fedprox, "
                                                "repeat, main (everything but --scale; the other results "
                                                "already in --json are kept)")
+    ap.add_argument("--member-size", default="full", choices=("full", "small"),
+                    help="the members' clusters: full (40-100 nodes) or small (6-10-node smoke variants)")
     ap.add_argument("--json", dest="json_out")
     ap.add_argument("--reuse", action="store_true", help="reuse the runs a previous invocation finished in "
                                                          "--out (same settings assumed): re-analyse only")
@@ -390,7 +392,7 @@ def main() -> int:
         cfg = FederateConfig(rounds=4, local_decisions=300, scarce_decisions=60, late_round=2, local_epochs=3,
                              eval_seeds=3)
         probes_per_member = 100
-    cfg = replace(cfg, clusters=5, strategies=("fedavg",))
+    cfg = replace(cfg, clusters=5, strategies=("fedavg",), member_size=args.member_size)
     result: dict[str, Any] = {"provenance": {**git_commit(), "machine": machine()},
                               "config": {**asdict(cfg), "poisoned_partition": POISONED,
                                          "within_5pct_band_log": BAND,
@@ -466,12 +468,12 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
     hist = {name: history(out / name) for name in runs}
     t0 = time.time()
     log("random start: central evaluation")
-    init_central = online_central_evaluator()(init)
-    members = [member_cluster(i) for i in range(cfg.clusters)]
+    init_central = online_central_evaluator(size=cfg.member_size)(init)
+    members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
     policies: dict[str, Any] = {"random start": init, **finals}
     with ProcessPoolExecutor(cfg.workers, initializer=worker_init) as pool:
         log(f"probe decisions: up to {probes_per_member} per member")
-        jobs = [(i, probes_per_member, 7) for i in range(cfg.clusters)]
+        jobs = [(i, cfg.member_size, probes_per_member, 7) for i in range(cfg.clusters)]
         probes = [p for ps in pool.map(collect_probes, jobs) for p in ps]
         evals: dict[str, dict] = {}
         for i, m in enumerate(members):

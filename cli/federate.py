@@ -15,13 +15,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__)
     p.add_argument("--out", required=True, help="output directory (report.json, plots, logs)")
     p.add_argument("--quick", action="store_true",
-                   help="a smaller run: 3 rounds, small budgets, 2 seeds, FedAvg only (under 2 minutes)")
+                   help="a smoke test (under 2 minutes): the small 6-10-node members, 3 rounds, small "
+                        "budgets, 2 seeds, FedAvg only; its verdicts are not a result")
     p.add_argument("--clusters", type=int, default=None,
                    help=f"number of member clusters (default: run config min-nodes = "
                         f"{defaults['min-nodes']})")
     p.add_argument("--rounds", type=int, default=None,
                    help=f"federated rounds per strategy (default: run config num-server-rounds = "
                         f"{defaults['num-server-rounds']}; --quick: 3)")
+    p.add_argument("--member-size", choices=("full", "small"), default=None,
+                   help="the simulated members' clusters: full (40-100 nodes) or small (6-10-node smoke "
+                        f"variants, never a result) (default: run config member-size = "
+                        f"{defaults['member-size']})")
+    p.add_argument("--eval-seeds", type=int, default=None,
+                   help="replay seeds of each member's test evaluation (default 5; --quick: 2); the "
+                        "intervals narrow as 1/sqrt(seeds), the evaluation's time grows with them")
     p.add_argument("--eta", type=float, default=None,
                    help=f"personalisation weight in [0, 1] (default: run config eta = {defaults['eta']})")
     p.add_argument("--app-dir", default=None, help="the Flower app directory (default: this checkout)")
@@ -43,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
         if args.rounds < 1:
             raise ValueError("--rounds must be at least 1")
         cfg.rounds = args.rounds
+    if args.eval_seeds is not None:
+        if args.eval_seeds < 2:
+            raise ValueError("--eval-seeds must be at least 2 (one seed has no interval)")
+        cfg.eval_seeds = args.eval_seeds
+    if args.member_size is not None:
+        cfg.member_size = args.member_size
     if args.eta is not None:
         if not 0.0 <= args.eta <= 1.0:
             raise ValueError(f"--eta must be in [0, 1], got {args.eta}")

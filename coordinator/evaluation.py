@@ -4,7 +4,7 @@
   (:func:`fedsched.common.model.metrics.trouble_score`: the mean log ratio of its hot CPU
   node-seconds, throttled CPU and OOM kills to kube-default's; below 0 is better) on the
   validation pods of held-out clusters of every member profile (other generator seeds than any
-  member's), replayed at 85% load.
+  member's) at the members' size (run config ``member-size``), replayed at 85% load.
 - :func:`central_evaluator` (packing mode): the global model's GPU allocation on a held-out
   openb slice (test pods, packing mode).
 - :class:`HubRecorder`: the ``evaluate_fn``. Flower calls it after every round with the
@@ -69,7 +69,8 @@ def central_evaluator(n_nodes: int, seed: int = 7) -> Callable[[Weights], dict[s
     return evaluate
 
 
-def online_central_evaluator(profiles: int = 4, seed: int = 99_000) -> Callable[[Weights], dict[str, float]]:
+def online_central_evaluator(profiles: int = 4, seed: int = 99_000, size: str = "full"
+                             ) -> Callable[[Weights], dict[str, float]]:
     """policy weights -> trouble score vs kube-default per held-out cluster and their mean (see
     the module docstring); kube-default's figures are computed once, here."""
     from fedsched.common.federation.members import member_cluster, reference_typical
@@ -79,7 +80,7 @@ def online_central_evaluator(profiles: int = 4, seed: int = 99_000) -> Callable[
     from fedsched.common.sim.replay import ReplayConfig, run_replay
 
     typical = reference_typical()
-    clusters = [member_cluster(i, seed=seed + i) for i in range(profiles)]
+    clusters = [member_cluster(i, seed=seed + i, size=size) for i in range(profiles)]
 
     def metrics(member: Any, sched: Any) -> dict[str, float]:
         cfg = ReplayConfig(**{**member.replay, "allow_unreachable_load": True})

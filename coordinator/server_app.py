@@ -102,7 +102,7 @@ def main(grid: Grid, context: Context) -> None:
                              fraction_train=float(context.run_config["fraction-train"]),
                              fraction_evaluate=0.0, min_train_nodes=min_nodes, min_available_nodes=min_nodes,
                              **own)
-    evaluator = (online_central_evaluator() if mode == "online"
+    evaluator = (online_central_evaluator(size=str(context.run_config["member-size"])) if mode == "online"
                  else central_evaluator(int(context.run_config["eval-nodes"])))
     recorder = HubRecorder(out, strategy, evaluator, resumed_from=done)
     strategy.start(grid=grid, initial_arrays=ArrayRecord({k: Array(v) for k, v in weights.items()}),

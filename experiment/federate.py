@@ -180,14 +180,14 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
             for s, d in runs.items()}
     main = cfg.strategies[0]
     member_cfg = cfg.member_config(out)
-    members = [member_cluster(i) for i in range(cfg.clusters)]
+    members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
     progress(f"local-only baselines: {cfg.clusters} members x {cfg.rounds} rounds on {cfg.workers} processes")
     with ProcessPoolExecutor(cfg.workers, initializer=worker_init) as pool:
         local = list(pool.map(local_only, range(cfg.clusters), [cfg] * cfg.clusters, [init] * cfg.clusters,
                               [out] * cfg.clusters))
         for i, member in enumerate(members):
             progress(f"evaluating {member.name}: {cfg.eval_seeds} seeds of its test pods per policy")
-            best, scores = best_heuristic(i, pool)
+            best, scores = best_heuristic(i, pool, cfg.member_size)
             local_w = MemberState(runs[main] / "state" / member.name).load("local")
             policies: dict[str, Any] = {"kube-default": "kube-default"}
             if best != "kube-default":

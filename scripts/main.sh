@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up (idempotent) and run the main job: a local multi-cluster federated training and
-# evaluation on built-in data (Flower simulation of three non-IID member clusters, FedAvg
+# evaluation on built-in data (Flower simulation of five non-IID member clusters of 40-100 nodes, FedAvg
 # and FedProx, INT8 uploads), then print per-cluster results. Pass --quick for a short run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -69,6 +69,8 @@ class MemberRunConfig:
     mode: str
     """what a simulated member learns from: ``online`` (credit regression on its own rewards in its
     replay twin) or ``packing`` (PPO in packing mode)"""
+    member_size: str
+    """a simulated member's cluster: ``full`` (its realistic size) or ``small`` (the smoke variant)"""
     local_decisions: int
     """online: pods a member schedules and learns from per round"""
     scarce_decisions: int
@@ -164,7 +166,8 @@ def member_state(node_config: Config, cfg: MemberRunConfig) -> MemberState:
 def load_member(node_config: Config, cfg: MemberRunConfig) -> tuple[Member, MemberState]:
     """Which cluster this member is (its node config's own data when deployed, else the
     simulated cluster of its ``partition-id``) and its state directory (``state_dir``/its name)."""
-    member = member_from_node_config(node_config) or member_cluster(partition_id(node_config))
+    member = member_from_node_config(node_config) or member_cluster(partition_id(node_config),
+                                                                    size=cfg.member_size)
     return member, MemberState(Path(cfg.state_dir) / member.name)
 
 

@@ -3,7 +3,8 @@
 - :data:`MEMBERS` / :func:`member_cluster`: which cluster a simulated member runs, by partition
   id. Five non-IID profiles: a GPU training cluster, a CPU web cluster with a daily cycle, a
   small edge cluster, a GPU inventory whose work is mostly CPU-heavy pods (where keeping CPU pods
-  off GPU nodes matters), and a second web cluster that joins the federation late. Two of them
+  off GPU nodes matters), and a second web cluster that joins the federation late, of 40-100
+  nodes (run config ``member-size = "full"``; ``"small"``: 6-10-node smoke variants). Two of them
   are *data-scarce*: they schedule few pods per round (``scarce`` decisions budget in the run
   config). Partition ids past the table cycle through it with other generator seeds, so any
   number of members can be simulated. Every member's pods are split by the project's stable
@@ -45,36 +46,58 @@ TEST_FRACTION, VAL_FRACTION = 0.3, 0.15  # a member's own pods: more validation 
 TEST_SPLIT, VAL_SPLIT = 0.3, 0.1  # the openb trace's split, as every trainer and benchmark uses it
 
 
+MEMBER_SIZES = ("full", "small")  # the run config's member-size
+
+
 @dataclass(frozen=True)
 class MemberSpec:
-    """One row of the member table: a synthetic profile with its generator parameters."""
+    """One row of the member table: a synthetic profile with its generator parameters at its
+    realistic size (``params``) and the overrides of its small smoke variant (``small``)."""
 
     name: str
     profile: str  # a synthetic profile of fedsched.common.model.synthetic
-    params: dict[str, Any]  # generate_cluster overrides
+    params: dict[str, Any]  # generate_cluster overrides: the member at its realistic size
+    small: dict[str, Any]  # what member-size "small" changes in params (6-10 nodes: a smoke test)
     scarce: bool = False  # schedules the run config's scarce-decisions per round instead of local-decisions
     late: bool = False  # joins at the run config's late-round
     why: str = ""
 
+    def generator(self, size: str = "full") -> dict[str, Any]:
+        """The generate_cluster overrides of the member at ``size`` (one of :data:`MEMBER_SIZES`)."""
+        if size not in MEMBER_SIZES:
+            raise ValueError(f"member size must be one of {', '.join(MEMBER_SIZES)}, got {size!r}")
+        return {**self.params, **(self.small if size == "small" else {})}
 
+
+# Sizes: what a platform team runs (40-100 nodes, half a day to a day of pods at the member's
+# load), with as many pods per node-hour as the online benchmark's scenarios of the same profile
+# (gpu 5, web 26, edge 31). The density, not the node count, is what narrows a member's paired
+# intervals: the replay lengthens the pods' lives to reach the load, so fewer pods means fewer,
+# longer-lived ones and rarer, lumpier trouble (web at 160 nodes, LoadVariationRiskBalancing
+# against kube-default over 8 seeds: 24,000 pods a day +-1.08, 60,000 +-0.36, 120,000 +-0.26).
 MEMBERS: tuple[MemberSpec, ...] = (
-    MemberSpec("gpu-train", "gpu", {"n_nodes": 10, "n_pods": 1100, "trace_hours": 24.0,
+    MemberSpec("gpu-train", "gpu", {"n_nodes": 100, "n_pods": 12000, "trace_hours": 24.0,
                                     "cpu_pod_fraction": 0.3, "share_fraction": 0.3,
                                     "cores_per_gpu_median": 6.0},
+               {"n_nodes": 10, "n_pods": 1100},
                why="GPU training and inference, 30% CPU-side pods"),
-    MemberSpec("web", "web", {"n_nodes": 8, "n_pods": 4000, "trace_hours": 24.0, "cpu_median_milli": 900.0,
+    MemberSpec("web", "web", {"n_nodes": 100, "n_pods": 62000, "trace_hours": 24.0, "cpu_median_milli": 900.0,
                               "cpu_max_milli": 8000, "diurnal_amplitude": 0.35},
+               {"n_nodes": 8, "n_pods": 4000},
                why="CPU-only web services with a daily cycle"),
-    MemberSpec("edge", "edge", {"n_nodes": 6, "n_pods": 1600, "trace_hours": 8.0, "gpu_node_fraction": 0.0,
+    MemberSpec("edge", "edge", {"n_nodes": 40, "n_pods": 15000, "trace_hours": 12.0, "gpu_node_fraction": 0.0,
                                 "cpu_median_milli": 600.0, "cpu_max_milli": 3000, "mem_median_mib": 512.0},
+               {"n_nodes": 6, "n_pods": 1600, "trace_hours": 8.0},
                scarce=True, why="small edge nodes, bursty best-effort pods; few pods per round"),
-    MemberSpec("gpu-cpuheavy", "gpu", {"n_nodes": 8, "n_pods": 900, "trace_hours": 24.0,
+    MemberSpec("gpu-cpuheavy", "gpu", {"n_nodes": 60, "n_pods": 7200, "trace_hours": 24.0,
                                        "cpu_pod_fraction": 0.6, "share_fraction": 0.2,
                                        "cpu_pod_cpu_median_milli": 10000.0, "cores_per_gpu_median": 10.0},
+               {"n_nodes": 8, "n_pods": 900},
                scarce=True, why="a GPU inventory running mostly CPU-heavy pods; few pods per round"),
-    MemberSpec("web-late", "web", {"n_nodes": 6, "n_pods": 3000, "trace_hours": 24.0,
+    MemberSpec("web-late", "web", {"n_nodes": 60, "n_pods": 37000, "trace_hours": 24.0,
                                    "cpu_median_milli": 1200.0, "cpu_max_milli": 8000,
                                    "diurnal_amplitude": 0.25},
+               {"n_nodes": 6, "n_pods": 3000},
                late=True, why="a web cluster that joins the federation late"),
 )
 
@@ -97,15 +120,15 @@ def member_spec(partition_id: int) -> MemberSpec:
     return MEMBERS[partition_id % len(MEMBERS)]
 
 
-def member_cluster(partition_id: int, seed: int | None = None) -> Member:
-    """The simulated member cluster of a partition (see the module docstring); ``seed``
-    (default ``1000 + partition_id``) draws another cluster of the same profile (the hub's
-    held-out clusters)."""
+def member_cluster(partition_id: int, seed: int | None = None, size: str = "full") -> Member:
+    """The simulated member cluster of a partition (see the module docstring) at ``size``
+    (``full``: its realistic size; ``small``: the smoke variant); ``seed`` (default ``1000 +
+    partition_id``) draws another cluster of the same profile (the hub's held-out clusters)."""
     if partition_id < 0:
         raise ValueError(f"partition id must be >= 0, got {partition_id}")
     spec = member_spec(partition_id)
     nodes, pods = generate_cluster(spec.profile, seed=1000 + partition_id if seed is None else seed,
-                                   **dict(spec.params))
+                                   **spec.generator(size))
     train, val, test = split_train_val_test(fits_somewhere(pods, nodes), TEST_FRACTION, VAL_FRACTION)
     return Member(f"{spec.name}-{partition_id}", nodes, train, test, val, spec)
 

@@ -75,7 +75,8 @@ CLUSTER = "cluster-a"
 RUN_TIMEOUT = 1200
 START_TIMEOUT = 300
 #: Small rounds: two of them, one member, a small central evaluation.
-RUN_CONFIG = "num-server-rounds=2 min-nodes=1 local-decisions=20 scarce-decisions=10 local-epochs=1"
+RUN_CONFIG = ("num-server-rounds=2 min-nodes=1 local-decisions=20 scarce-decisions=10 local-epochs=1 "
+              'member-size="small"')
 #: The span of the member's recorded pods, hours (see :func:`member_data`).
 MEMBER_TRACE_HOURS = 2.0
 

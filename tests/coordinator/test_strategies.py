@@ -304,7 +304,8 @@ def test_a_resumed_strategy_numbers_rounds_as_the_federation_does(tmp_path):
     rounds 5 and 6 (and evaluate_fn's initial call the checkpoint's round, 4)."""
     from fedsched.agent.federation.client_app import app as client_app
 
-    tiny = {"local-decisions": 20, "scarce-decisions": 10, "local-epochs": 1, "state-dir": str(tmp_path)}
+    tiny = {"local-decisions": 20, "scarce-decisions": 10, "local-epochs": 1, "state-dir": str(tmp_path),
+            "member-size": "small"}
     grid = InProcessGrid(client_app, [11, 12], tiny)
     s = strategy("fedavg", round_offset=4, fraction_evaluate=0.0, min_train_nodes=2, min_available_nodes=2)
     initial = ArrayRecord({k: Array(v) for k, v in weights_of(NodeScoringPolicy()).items()})
@@ -329,6 +330,7 @@ def test_a_failed_member_does_not_stop_the_round(tmp_path):
 
     grid = InProcessGrid(client_app, [11, 12, 13], {"local-decisions": 20, "scarce-decisions": 10,
                                                     "local-epochs": 1, "state-dir": str(tmp_path),
+                                                    "member-size": "small",
                                                     "fail-rate": 0.5})
     s = strategy("fedavg", fraction_evaluate=0.0)
     initial = ArrayRecord({k: Array(v) for k, v in weights_of(NodeScoringPolicy()).items()})

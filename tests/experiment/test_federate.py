@@ -61,7 +61,7 @@ def test_the_main_jobs_run_config_argument_parses_back_as_flwr_run_reads_it(tmp_
 
 
 
-TINY = dict(local_decisions=40, scarce_decisions=20, local_epochs=2, eval_seeds=2)
+TINY = dict(local_decisions=40, scarce_decisions=20, local_epochs=2, eval_seeds=2, member_size="small")
 #: The main job's settings: one FedAvg run (online mode) of the five members, two rounds, the late
 #: member (partition 4) joining at round 2. ``etas`` is no run-config value: the job's run is the
 #: run ``FederateConfig(clusters=5, rounds=2, late_round=2, strategies=("fedavg",), **TINY)`` starts.
@@ -145,6 +145,11 @@ def test_federate_main_job_runs_flwr_reports_and_its_html_renders(main_job: Main
     assert report["members"]["edge-2"]["scarce"] and report["members"]["web-late-4"]["joins_at"] == 2
     assert set(report["verdicts"]["web-late-4"]) >= {"no_worse", "rounds_to_local_only",
                                                      "trouble_score vs local-only"}
+    goals = {name: set(v["goals"]) for name, v in report["verdicts"].items()}
+    assert "beats local-only by 0.1 (scarce member)" in goals["edge-2"]
+    assert {"not worse than local-only, one-sided 95% (rich member)",
+            "better than kube-default (rich member)"} <= goals["web-1"]
+    assert report["config"]["member_size"] == "small" and report["members"]["web-1"]["nodes"] == 8
     b = report["bytes"]["fedavg"]
     assert b["members"]["4"]["uploads"] == 1 and b["members"]["0"]["uploads"] == 2  # the late member: 1 round
     # its round-1 reply carried a zero update: sent too, as many bytes as a real one

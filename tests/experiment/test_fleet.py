@@ -37,7 +37,7 @@ N_NODES, N_PODS = 100, 40
 #: round (the kwok member learns from its decision log: these settings are the simulated one's).
 SIMULATED = "cluster-b"
 SIMULATED_NODE_CONFIG = {"partition-id": 1, "num-partitions": 2}
-TWO_MEMBERS = {"min-nodes": 2, "local-decisions": 20, "scarce-decisions": 10}
+TWO_MEMBERS = {"min-nodes": 2, "local-decisions": 20, "scarce-decisions": 10, "member-size": "small"}
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)")

@@ -111,7 +111,7 @@ def test_a_simulated_members_round_learns_from_its_replay_twin_and_keeps_its_exp
     """One online round on the edge member: decisions collected after the warm-up of a window of
     its own training pods, credited, kept in its experience log (on the member), the policy
     refit from the start, a finite validation score, the delta to upload."""
-    member = member_cluster(2)
+    member = member_cluster(2, size="small")
     env = member_env(member, seed=5, window=0.6)
     assert 50 <= len(env.pool) <= len(member.train)
     torch.manual_seed(0)
