@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "intervals narrow as 1/sqrt(seeds), the evaluation's time grows with them")
     p.add_argument("--eta", type=float, default=None,
                    help=f"personalisation weight in [0, 1] (default: run config eta = {defaults['eta']})")
+    p.add_argument("--reuse", action="store_true",
+                   help="if --out holds a finished training with the same training settings, evaluate "
+                        "its models again (e.g. with more --eval-seeds) instead of training again")
     p.add_argument("--app-dir", default=None, help="the Flower app directory (default: this checkout)")
     p.set_defaults(func=run)
 
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     def progress(msg: str) -> None:
         print(f"federate: {msg}", file=sys.stderr, flush=True)
 
-    report = federate(Path(args.out), cfg, app_dir, progress)
+    report = federate(Path(args.out), cfg, app_dir, progress, reuse=args.reuse)
     print(format_report(report))
     print(f"wrote {Path(args.out) / 'report.json'} and {Path(args.out) / 'rounds.png'}", file=sys.stderr)
     return 0

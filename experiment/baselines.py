@@ -1,7 +1,8 @@
 """The main job's baselines and per-member evaluation, beside the federated runs.
 
 - :func:`local_only`: the same rounds, decision budget and seeds on one member alone (eta = 1,
-  no global model after the shared start), with the member's own round code.
+  no global model after the shared start), with the member's own round code;
+  :func:`load_local_only` reads back what it left.
 - :func:`best_heuristic`: per member, the load-aware baseline with the lowest trouble score on
   its *validation* pods (model selection never sees test pods).
 - :func:`evaluate_member`: every policy on the member's held-out *test* pods (replay at its load,
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import shutil
 from pathlib import Path
@@ -38,6 +40,7 @@ from fedsched.experiment.config import FederateConfig
 ONLINE_METRICS = ("trouble_score", "hot_cpu_node_s", "throttled_cpu_core_s", "oom_kills_per_1k_starts",
                   "pending_p99_s", "failed_pods")
 GPU_METRICS = ("gpu_frag_amount_avg",)
+LOCAL_ONLY_SCORES = "val-scores.json"  # local-only's validation score per round, in its state directory
 SCARCE_MARGIN = 0.10  # trouble score by which a data-scarce member's personalised model beats local-only
 HEURISTICS = ("kube-default", "koordinator-load-aware", "load-variation-risk-balancing",
               "target-load-packing")
@@ -70,7 +73,18 @@ def local_only(member_id: int, cfg: FederateConfig, init: dict[str, np.ndarray],
         scores.append(r.val_score)
     weights = state.load("local")
     assert weights is not None
+    (state.dir / LOCAL_ONLY_SCORES).write_text(json.dumps(scores))
     return weights, scores
+
+
+def load_local_only(member_name: str, out: Path) -> tuple[dict[str, np.ndarray], list[float]] | None:
+    """What :func:`local_only` left in ``out`` for a member (its final weights and validation
+    scores), or None when it did not finish there."""
+    state = MemberState(out / "local-only" / member_name)
+    weights, scores = state.load("local"), state.dir / LOCAL_ONLY_SCORES
+    if weights is None or not scores.exists():
+        return None
+    return weights, [float(x) for x in json.loads(scores.read_text())]
 
 
 @functools.cache

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -55,7 +56,14 @@ from fedsched.common.federation.members import member_cluster
 from fedsched.common.federation.run_config import Value, run_config_arg
 from fedsched.common.federation.weights import load_npz
 from fedsched.coordinator.server_app import initial_weights
-from fedsched.experiment.baselines import best_heuristic, evaluate_member, local_only, verdicts, worker_init
+from fedsched.experiment.baselines import (
+    best_heuristic,
+    evaluate_member,
+    load_local_only,
+    local_only,
+    verdicts,
+    worker_init,
+)
 from fedsched.experiment.config import FederateConfig
 from fedsched.experiment.report_html import write_html
 from fedsched.experiment.report_text import format_report
@@ -162,17 +170,54 @@ def _run_locked(app_dir: Path, env: dict[str, str], run_config: str, log_path: P
     return run_dir
 
 
+TRAINED = "trained.json"  # what the finished training of a job in its directory was (reuse's key)
+
+
+def training_key(out: Path, cfg: FederateConfig, extra: dict[str, Value] | None) -> dict[str, Any]:
+    """Everything the job's training depends on (the members, every strategy's run config, which
+    names its directories, and the extra run-config values; not the evaluation's settings) and
+    what it left: the SHA-256 of each strategy's final global model (a hub resumed since is
+    another training)."""
+    digests = {}
+    for s in cfg.strategies:
+        path = out / s / "hub" / "global.npz"
+        digests[s] = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+    return {"clusters": cfg.clusters, "strategies": list(cfg.strategies),
+            "run_config": {s: {**cfg.run_config(s, out / s), **(extra or {})} for s in cfg.strategies},
+            "global_sha256": digests}
+
+
+def reusable(out: Path, cfg: FederateConfig, extra: dict[str, Value] | None) -> bool:
+    """Whether ``out`` holds a finished training with exactly this job's training settings."""
+    path = out / TRAINED
+    try:
+        return path.exists() and json.loads(path.read_text()) == json.loads(
+            json.dumps(training_key(out, cfg, extra)))
+    except ValueError:
+        return False
+
+
 def federate(out: Path, cfg: FederateConfig, app_dir: Path,
              progress: Callable[[str], None] = print,
-             extra: dict[str, Value] | None = None) -> dict[str, Any]:
+             extra: dict[str, Value] | None = None, reuse: bool = False) -> dict[str, Any]:
     """The main job into ``out``; ``extra`` adds run-config values to every run (e.g.
-    ``{"download-codec": "fp32"}``)."""
+    ``{"download-codec": "fp32"}``). ``reuse``: when ``out`` holds a finished training with the
+    same training settings (:func:`training_key`; the runs are deterministic, so a rerun would
+    train the same models), evaluate its models again (e.g. with more ``eval_seeds``) instead of
+    training them again; otherwise train as without it."""
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    runs = {s: run_flower(app_dir, out, s, cfg, progress, extra=extra) for s in cfg.strategies}
+    reused = reuse and reusable(out, cfg, extra)
+    if reused:
+        progress(f"reusing the finished training in {out} ({TRAINED}): evaluation only")
+        runs = {s: out / s for s in cfg.strategies}
+    else:
+        (out / TRAINED).unlink(missing_ok=True)
+        runs = {s: run_flower(app_dir, out, s, cfg, progress, extra=extra) for s in cfg.strategies}
     init = initial_weights(cfg.init, cfg.seed, "online")  # the hub's starting model, for local-only too
     report: dict[str, Any] = {"config": {**cfg.__dict__, "strategies": list(cfg.strategies),
-                                         "etas": list(cfg.etas), "run_config_extra": dict(extra or {})},
+                                         "etas": list(cfg.etas), "run_config_extra": dict(extra or {}),
+                                         "reused_training": reused},
                               "clusters": {}, "rounds": {}, "members": {}}
     for s, d in runs.items():
         report["rounds"][s] = json.loads((d / "hub" / "rounds.json").read_text())
@@ -181,10 +226,16 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
     main = cfg.strategies[0]
     member_cfg = cfg.member_config(out)
     members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
-    progress(f"local-only baselines: {cfg.clusters} members x {cfg.rounds} rounds on {cfg.workers} processes")
     with ProcessPoolExecutor(cfg.workers, initializer=worker_init) as pool:
-        local = list(pool.map(local_only, range(cfg.clusters), [cfg] * cfg.clusters, [init] * cfg.clusters,
-                              [out] * cfg.clusters))
+        kept = [load_local_only(m.name, out) for m in members] if reused else []
+        if reused and all(k is not None for k in kept):
+            local = [k for k in kept if k is not None]
+        else:
+            progress(f"local-only baselines: {cfg.clusters} members x {cfg.rounds} rounds on {cfg.workers} "
+                     "processes")
+            local = list(pool.map(local_only, range(cfg.clusters), [cfg] * cfg.clusters,
+                                  [init] * cfg.clusters, [out] * cfg.clusters))
+            (out / TRAINED).write_text(json.dumps(training_key(out, cfg, extra), indent=2))
         for i, member in enumerate(members):
             progress(f"evaluating {member.name}: {cfg.eval_seeds} seeds of its test pods per policy")
             best, scores = best_heuristic(i, pool, cfg.member_size)

@@ -24,7 +24,7 @@ from fedsched.common.federation.run_config import run_config_arg, with_defaults
 from fedsched.common.learning.decision_log import DecisionLog
 from fedsched.coordinator.evaluation import load_checkpoint
 from fedsched.experiment.config import FederateConfig
-from fedsched.experiment.federate import federate, run_flower, stop_local_superlink
+from fedsched.experiment.federate import federate, reusable, run_flower, stop_local_superlink
 from tests.browser_support import open_page
 from tests.paths import REPO
 
@@ -89,6 +89,31 @@ def main_job(tmp_path_factory: pytest.TempPathFactory) -> MainJob:
                    stopped_after)
 
 
+def test_a_finished_training_is_evaluated_again_without_training(main_job: MainJob):
+    """``reuse``: the same job's finished training in its directory, evaluated again with more
+    seeds: no Flower run and no local-only round, the first seeds' figures as before (the same
+    models and replays), one more seed; a job with other training settings is not reused. (Runs
+    before the resume test, which changes the FedAvg run.)"""
+    out = main_job.out
+    logs = {p.name: p.read_text() for p in out.glob("flwr-*.log")}
+    local_before = {p: p.stat().st_mtime_ns for p in (out / "local-only").rglob("*.npz")}
+    said: list[str] = []
+    report = federate(out, dataclasses.replace(MAIN_JOB, eval_seeds=3), REPO, progress=said.append,
+                      reuse=True)
+    assert report["config"]["reused_training"] and any("reusing the finished training" in m for m in said)
+    assert {p.name: p.read_text() for p in out.glob("flwr-*.log")} == logs  # no flwr run
+    assert {p: p.stat().st_mtime_ns for p in (out / "local-only").rglob("*.npz")} == local_before
+    for name, pols in report["clusters"].items():
+        for policy, figures in pols.items():
+            before = main_job.report["clusters"][name][policy]["runs"]["trouble_score"]
+            after = figures["runs"]["trouble_score"]
+            assert after[:2] == before and len(after) == 3
+    assert report["members"]["web-late-4"]["local_only_val"] == main_job.report["members"]["web-late-4"][
+        "local_only_val"]
+    assert not reusable(out, dataclasses.replace(MAIN_JOB, local_decisions=41), None)
+    assert not reusable(out, MAIN_JOB, {"codec": "fp32"})
+
+
 def test_two_rounds_then_resume_to_three(main_job: MainJob):
     """Online mode: members learn from their own rewards, the late member (partition 4) joins at
     round 2 and sends nothing before; the hub resumes to a third round. The two rounds are the
@@ -123,6 +148,7 @@ def test_two_rounds_then_resume_to_three(main_job: MainJob):
     assert final["resumed_from"] == 2 and [h["round"] for h in final["history"]] == [1, 2, 3]
     log = (out / "flwr-fedavg.log").read_text()
     assert "round 3: 5 updates kept" in log and log.count("updates kept") == 3
+    assert not reusable(out, cfg, None)  # the resumed hub's model is another training
 
 
 def test_federate_main_job_runs_flwr_reports_and_its_html_renders(main_job: MainJob):
