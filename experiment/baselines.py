@@ -200,3 +200,28 @@ def verdicts(report: dict[str, Any], cfg: FederateConfig) -> dict[str, dict[str,
         row["goals"] = goals
         out[name] = row
     return out
+
+
+def fleet_verdicts(report: dict[str, Any], cfg: FederateConfig) -> dict[str, dict[str, Any]]:
+    """Across the members: per seed, the mean over members of each one's trouble score, for the
+    comparisons every member shares (personalised against local-only and kube-default, FedProx's
+    global model against FedAvg's), then paired over the seeds. Members replay on the same seed
+    numbers, so each seed is one draw of the whole fleet; the mean over five members is narrower
+    than any one member's, and answers "does the average member gain", not any one member's
+    question."""
+    pers = f"personalised eta={cfg.eta:g}"
+    pairs = [(pers, "local-only"), (pers, "kube-default"), ("local-only", "kube-default")]
+    if {"fedavg", "fedprox"} <= set(cfg.strategies):
+        pairs.append(("global fedprox", "global fedavg"))
+    out: dict[str, dict[str, Any]] = {}
+    clusters = report["clusters"]
+    for a, b in pairs:
+        if not all(a in pols and b in pols for pols in clusters.values()):
+            continue
+        per_member = [(pols[a]["runs"]["trouble_score"], pols[b]["runs"]["trouble_score"])
+                      for pols in clusters.values()]
+        seeds = min(len(x) for x, _ in per_member)
+        mean_a = [float(np.mean([x[s] for x, _ in per_member])) for s in range(seeds)]
+        mean_b = [float(np.mean([y[s] for _, y in per_member])) for s in range(seeds)]
+        out[f"trouble_score {a} vs {b}"] = paired_difference(mean_a, mean_b)
+    return out

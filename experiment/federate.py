@@ -59,6 +59,7 @@ from fedsched.coordinator.server_app import initial_weights
 from fedsched.experiment.baselines import (
     best_heuristic,
     evaluate_member,
+    fleet_verdicts,
     load_local_only,
     local_only,
     verdicts,
@@ -269,6 +270,7 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
                 "federated_val": fed_val,
             }
     report["verdicts"] = verdicts(report, cfg)
+    report["fleet"] = fleet_verdicts(report, cfg)
     report["bytes"] = bytes_sent(report["rounds"])
     report["wall_s"] = round(time.time() - t0, 1)
     (out / "report.json").write_text(json.dumps(report, indent=2, default=float))

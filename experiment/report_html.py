@@ -63,6 +63,13 @@ def render(report: dict[str, Any], plot: Path | None) -> str:
         "seed by seed (difference ± 95% CI; better/worse only when the interval excludes 0).</p>",
         _table(*_verdict_rows(report), "verdicts"),
     ]
+    if report.get("fleet"):
+        parts += ["<h2>Across the members</h2>",
+                  "<p>Per seed the mean over the members of each one's trouble score, then paired over the "
+                  "seeds: whether the average member gains (not any one member's verdict).</p>",
+                  _table(["comparison", "verdict", "difference ± 95% CI", "seeds"],
+                         [[k, d["verdict"], f"{d['mean']:+.3g} ± {d['ci95']:.2g}", str(d["n"])]
+                          for k, d in report["fleet"].items()], "fleet")]
     if plot is not None and plot.exists():
         data = base64.b64encode(plot.read_bytes()).decode()
         parts += ["<h2>Rounds</h2>", f'<img alt="round curves" src="data:image/png;base64,{data}">']

@@ -50,6 +50,10 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  {name}: {'no worse' if v['no_worse'] else 'WORSE'}; " + "; ".join(parts) + extra)
         lines.append("    goals: " + "; ".join(f"{g}: {'met' if ok else 'MISSED'}"
                                              for g, ok in v["goals"].items()))
+    if report.get("fleet"):
+        lines.append("\nacross the members (per seed the mean over members, then paired over the seeds):")
+        for k, d in report["fleet"].items():
+            lines.append(f"  {k}: {d['verdict']} ({d['mean']:+.3g} ± {d['ci95']:.2g}, {d['n']} seeds)")
     for s, b in report["bytes"].items():
         down_fp32 = b.get("down-fp32", b["down"])
         lines.append(f"\nbytes sent ({s}, summed over each member's own reports): int8 {b['int8']:,} vs fp32 "

@@ -186,8 +186,9 @@ def test_federate_main_job_runs_flwr_reports_and_its_html_renders(main_job: Main
     page = open_page(out / "report.html")
     assert page.console_errors == [] and page.images == page.images_decoded == 1
     assert "Verdicts" in page.headings and "web-late-4" in page.headings
-    verdicts, *members, sent = page.tables
+    verdicts, fleet, *members, sent = page.tables
     assert [r[0] for r in verdicts[1:]] == list(report["clusters"]) and len(members) == 5
+    assert [r[0] for r in fleet[1:]] == list(report["fleet"]) and len(report["fleet"]) == 3  # FedAvg only
     assert members[0][0][:3] == ["policy", "trouble_score", "hot_cpu_node_s"]
     assert [r[0] for r in members[1][1:]] == list(report["clusters"]["web-1"])
     assert sent[1][0] == "fedavg"

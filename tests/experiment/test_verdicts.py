@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedsched.experiment.baselines import SCARCE_MARGIN, verdicts
+from fedsched.experiment.baselines import SCARCE_MARGIN, fleet_verdicts, verdicts
 from fedsched.experiment.config import FederateConfig
 
 CFG = FederateConfig(rounds=6, eta=0.2)
@@ -78,3 +78,20 @@ def test_the_late_member_must_reach_local_only_within_a_third_of_the_rounds(fede
     v = verdicts(report(0.0, 0.0, late=True, federated_val=federated_val, local_val=local_val), CFG)["m"]
     assert v["rounds_to_local_only"] == reached and v["rounds_budget"] == 2
     assert v["goals"]["reaches local-only within a third of the rounds (late member)"] is met
+
+
+def test_across_the_members_each_seed_is_the_mean_over_the_members() -> None:
+    """Two members on the same three seeds: the fleet's per-seed difference is the mean of theirs,
+    paired over the seeds; FedProx against FedAvg only when both ran."""
+    def member(pers: list[float], local: list[float]) -> dict:
+        return {"personalised eta=0.2": runs(pers), "local-only": runs(local),
+                "kube-default": runs([0.0] * 3)}
+    rep = {"clusters": {"a": member([0.1, 0.2, 0.3], [0.3, 0.3, 0.3]),
+                        "b": member([-0.5, 0.0, 0.1], [0.1, 0.2, 0.1])}}
+    fleet = fleet_verdicts(rep, CFG)
+    d = fleet["trouble_score personalised eta=0.2 vs local-only"]
+    assert d["values"] == pytest.approx([(-0.2 - 0.6) / 2, (-0.1 - 0.2) / 2, (0.0 + 0.0) / 2]) and d["n"] == 3
+    assert set(fleet) == {"trouble_score personalised eta=0.2 vs local-only",
+                          "trouble_score personalised eta=0.2 vs kube-default",
+                          "trouble_score local-only vs kube-default"}  # CFG runs FedAvg and FedProx, but
+    # the report has no global models: a comparison a member lacks is left out
