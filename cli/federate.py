@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-seeds", type=int, default=None,
                    help="replay seeds of each member's test evaluation (default 5; --quick: 2); the "
                         "intervals narrow as 1/sqrt(seeds), the evaluation's time grows with them")
+    p.add_argument("--seed", type=int, default=None,
+                   help=f"seed of the random starting model every member starts from (default: run config "
+                        f"seed = {defaults['seed']})")
     p.add_argument("--eta", type=float, default=None,
                    help=f"personalisation weight in [0, 1] (default: run config eta = {defaults['eta']})")
     p.add_argument("--reuse", action="store_true",
@@ -58,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         if args.eval_seeds < 2:
             raise ValueError("--eval-seeds must be at least 2 (one seed has no interval)")
         cfg.eval_seeds = args.eval_seeds
+    if args.seed is not None:
+        cfg.seed = args.seed
     if args.member_size is not None:
         cfg.member_size = args.member_size
     if args.eta is not None:

@@ -1,0 +1,28 @@
+"""``fedsched federate``'s argument handling: a bad value is one clear error before any work (the
+job itself runs end to end in ``tests/experiment/test_federate.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedsched.cli.main import main
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--eval-seeds", "1"], "--eval-seeds must be at least 2"),
+    (["--clusters", "1"], "--clusters must be at least 2"),
+    (["--rounds", "0"], "--rounds must be at least 1"),
+    (["--eta", "1.5"], "--eta must be in [0, 1]"),
+])
+def test_a_bad_value_is_one_clear_error_and_nothing_runs(tmp_path, capsys, args, message) -> None:
+    out = tmp_path / "out"
+    assert main(["federate", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_an_unknown_member_size_is_refused_by_the_parser(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["federate", "--out", str(tmp_path / "out"), "--member-size", "huge"])
+    assert exc.value.code == 2 and "invalid choice: 'huge'" in capsys.readouterr().err
