@@ -26,7 +26,7 @@ on 200-node slices, then rollout-based improvement on 100-node slices; see
 ``fgd``, ``best-fit``, ``kube-default``, ``dot-product``, ``gpu-packing``, ``gpu-clustering`` and
 ``random`` (``--baselines``). Each scenario prints the full metric table (mean ± 95% CI over
 seeds, Student t), then a summary prints ``alloc_gpu`` per scenario and the paired difference
-(by seed) of each learned column against FGD and BestFit.
+(by seed) of each learned column against FGD, BestFit and kube-default.
 
 ``--size-generalisation SLICE FULL``: two checkpoints trained with the same recipe on small
 slices (at most 300 nodes) and on the whole 1213-node cluster; both are judged zero-shot on the
@@ -65,6 +65,7 @@ from harness.provenance import git_commit, machine, strict_json, write_json
 from fedsched.common.model.metrics import HIGHER_IS_BETTER, METRICS, mean_ci95
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
 from fedsched.common.schedulers import LEARNED
+from fedsched.common.schedulers.lookahead import PREFIX as LOOKAHEAD_PREFIX
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate, format_table
 
 PACKING_BASELINES = ["fgd", "best-fit", "kube-default", "dot-product", "gpu-packing", "gpu-clustering",
@@ -80,7 +81,7 @@ SUMMARY_METRICS = ["alloc_gpu", "alloc_cpu", "failed_pods"]
 SIZE_SCENARIOS = ["packing/openb-default", "packing/openb-cpu050", "packing/openb-cpu250",
                   "inventory/openb-all-default"]
 SIZE_GOAL_PP = 0.2
-REFERENCE_COLUMNS = ["fgd", "best-fit"]  # the paired differences of every learned column
+REFERENCE_COLUMNS = ["fgd", "best-fit", "kube-default"]  # the paired differences of every learned column
 
 
 def scenario_spec(name: str) -> EvalSpec:
@@ -102,11 +103,17 @@ def scenario_spec(name: str) -> EvalSpec:
 
 
 def parse_policy(arg: str) -> tuple[str, str]:
-    """``LABEL=CKPT`` or ``CKPT`` (label: the file's stem) or a shipped name."""
+    """``LABEL=CKPT`` or ``CKPT`` (label: the file's stem), a shipped name, or a decision-time
+    search ``lookahead:<base>`` (label: the name)."""
     label, _, path = arg.rpartition("=")
     if not label:
-        label = path if path in (LEARNED, "learned-td3") else Path(path).stem
+        label = path if path in (LEARNED, "learned-td3") or named(path) else Path(path).stem
     return label, path
+
+
+def named(path: str) -> bool:
+    """A column given by a registry name rather than a checkpoint file (the search)."""
+    return path.startswith(LOOKAHEAD_PREFIX)
 
 
 def paired(res: dict[str, Any], a: str, b: str, metric: str) -> dict[str, Any]:
@@ -155,7 +162,7 @@ def combine(out: dict[str, Any], other: dict[str, Any], source: str | None = Non
 
 
 def finish(out: dict[str, Any], name: str) -> None:
-    """Learned columns first; the paired differences of each against FGD and BestFit, and
+    """Learned columns first; the paired differences of each against FGD, BestFit and kube-default, and
     slice - full where both are there."""
     entry = out["scenarios"][name]
     res = entry["result"]
@@ -238,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.size_generalisation:
         size_cols = [("slice", args.size_generalisation[0]), ("full", args.size_generalisation[1])]
     for label, path in learned + size_cols:
-        if path not in (LEARNED, "learned-td3") and not Path(path).exists():
+        if path not in (LEARNED, "learned-td3") and not named(path) and not Path(path).exists():
             ap.error(f"no checkpoint at {path} ({label})")
     labels = [lab for lab, _ in learned + size_cols]
     if len(set(labels)) != len(labels):

@@ -7,11 +7,14 @@ states are realistic) this times, over ``--calls`` pods after a warm-up:
 - ``numpy``: the same function on the numpy path the scorer uses (``score_numpy``);
 - ``onnx``: the same function exported to ONNX, in onnxruntime (one thread, sequential);
 - ``score``: the whole scorer-interface call (feature building + numpy forward), what
-  the simulator, the evaluation and the extender pay per pod.
+  the simulator, the evaluation and the extender pay per pod;
+- ``search`` (with ``--search NAME``, e.g. ``lookahead:fgd``): the decision-time search's whole
+  scorer call over the pod's feasible nodes (base scores, candidates, rollouts), its arrivals
+  drawn from the openb pods, over ``--search-calls`` pods.
 
 Goal (agent issue): 500 candidate nodes in at most 1 ms at p99.
 
-    python bench/inference_latency.py [--policy CKPT] [--json OUT.json]
+    python bench/inference_latency.py [--policy CKPT] [--search lookahead:fgd] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -36,7 +39,13 @@ from fedsched.common.learning.scorers import PolicyScheduler
 from fedsched.common.model.cluster import ClusterState, NodeTable, Pod
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
-from fedsched.common.schedulers import KubeDefault, default_policy_path, place
+from fedsched.common.schedulers import (
+    KubeDefault,
+    SchedulerContext,
+    default_policy_path,
+    make_scheduler,
+    place,
+)
 
 DEFAULT_POLICY = default_policy_path()
 POINTS = (50, 99)  # the percentiles recorded
@@ -65,12 +74,29 @@ def loaded_state(nodes: NodeTable, pods, rng: np.random.Generator) -> ClusterSta
     return state
 
 
+def search_times(name: str, state: ClusterState, pods, calls: list, n_calls: int) -> list[float]:
+    """Seconds per scorer call of the search ``name`` over each pod's feasible nodes (after a
+    warm-up of 5 calls, which also builds its shadow state)."""
+    search = make_scheduler(name, SchedulerContext(train_pods=pods))
+    todo = [(pod, np.flatnonzero(state.feasible(pod))) for pod, _ in calls]
+    todo = [(pod, cand) for pod, cand in todo if len(cand)][: n_calls + 5]
+    times = []
+    for i, (pod, cand) in enumerate(todo):
+        t0 = time.perf_counter()
+        search.score(state, pod, cand)
+        if i >= 5:
+            times.append(time.perf_counter() - t0)
+    return times
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", default=str(DEFAULT_POLICY) if DEFAULT_POLICY.exists() else None,
                     help="checkpoint (default: the shipped policy, else random weights)")
     ap.add_argument("--sizes", default="10,100,500,2000")
     ap.add_argument("--calls", type=int, default=500)
+    ap.add_argument("--search", help="also time this decision-time search (e.g. lookahead:fgd)")
+    ap.add_argument("--search-calls", type=int, default=100)
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args()
     pin_to_core()
@@ -126,7 +152,11 @@ def main() -> int:
         out[str(n)] = {"torch": timing_stats(net_t, POINTS), "numpy": timing_stats(np_t, POINTS),
                        "onnx": timing_stats(onnx_t, POINTS), "score": timing_stats(score_t, POINTS),
                        "calls": len(calls)}
-        for what in ("torch", "numpy", "onnx", "score"):
+        if args.search:
+            out[str(n)]["search"] = {**timing_stats(search_times(args.search, state, pods, calls,
+                                                                 args.search_calls), POINTS),
+                                     "name": args.search}
+        for what in [w for w in ("torch", "numpy", "onnx", "score", "search") if w in out[str(n)]]:
             r = out[str(n)][what]
             print(f"{n:>6} {what:>8} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}")
     p99 = out.get("500", {}).get("score", {}).get("p99_ms")

@@ -291,17 +291,32 @@ class ClusterState:
         self.serial = next(_STATE_SERIAL)
         self._fit_cache = {}
 
+    #: The per-node arrays besides ``version`` (what :meth:`copy` and :meth:`sync_rows` carry).
+    ROW_FIELDS = ("cpu_req", "mem_req", "cpu_req_nz", "mem_req_nz", "io_req", "net_req", "gpu_exists",
+                  "gpu_free", "alive", "gpu_tag_pods", "n_pods", "cpu_used", "mem_used", "cpu_measured",
+                  "mem_measured")
+
     def copy(self) -> ClusterState:
         c = ClusterState.__new__(ClusterState)
         c.nodes = self.nodes
         c.serial = next(_STATE_SERIAL)
-        for k in ("cpu_req", "mem_req", "cpu_req_nz", "mem_req_nz", "io_req", "net_req", "gpu_exists",
-                  "gpu_free", "alive", "version", "gpu_tag_pods", "n_pods", "cpu_used", "mem_used",
-                  "cpu_measured", "mem_measured"):
+        for k in (*self.ROW_FIELDS, "version"):
             setattr(c, k, getattr(self, k).copy())
         c.telemetry = self.telemetry
         c._fit_cache = {}
         return c
+
+    def sync_rows(self, src: ClusterState, rows: np.ndarray) -> None:
+        """Make nodes ``rows`` of this state equal to ``src``'s (same nodes) and move their
+        ``version`` (this state's own counter, so caches keyed on this state recompute exactly
+        those nodes); ``alive`` and ``telemetry`` are taken whole."""
+        if src.nodes is not self.nodes:
+            raise ValueError("sync_rows needs a state of the same node table")
+        for k in self.ROW_FIELDS:
+            getattr(self, k)[rows] = getattr(src, k)[rows]
+        self.alive[:] = src.alive
+        self.telemetry = src.telemetry
+        self.version[rows] += 1
 
     # ---- real use ------------------------------------------------------------------
     @property

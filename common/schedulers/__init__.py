@@ -33,6 +33,8 @@ from fedsched.common.schedulers.load_variation_risk_balancing import (
     LoadVariationRiskBalancing,
     LoadVariationRiskBalancingArgs,
 )
+from fedsched.common.schedulers.lookahead import PREFIX as LOOKAHEAD_PREFIX
+from fedsched.common.schedulers.lookahead import Lookahead, LookaheadArgs
 from fedsched.common.schedulers.most_allocated import MostAllocated, MostAllocatedArgs
 from fedsched.common.schedulers.prefer_hot import PreferHot
 from fedsched.common.schedulers.random_score import RandomScore, RandomScoreArgs
@@ -80,8 +82,19 @@ def _checkpoint(name: str, ctx: SchedulerContext) -> Scheduler | None:
     return scheduler_from_checkpoint(name, ctx)
 
 
+def _lookahead(name: str, ctx: SchedulerContext) -> Scheduler | None:
+    """``lookahead:<base>``: the decision-time search over any scheduler this registry builds."""
+    if not name.startswith(LOOKAHEAD_PREFIX):
+        return None
+    base = name[len(LOOKAHEAD_PREFIX):]
+    if not base or base.startswith(LOOKAHEAD_PREFIX):
+        raise ValueError(f"{name!r}: the look-ahead needs one base scheduler after {LOOKAHEAD_PREFIX!r}, "
+                         f"e.g. {LOOKAHEAD_PREFIX}fgd")
+    return Lookahead(ctx, lambda: make_scheduler(base, ctx))
+
+
 # Resolvers for names that are not baselines (e.g. checkpoint paths of learned policies).
-RESOLVERS: list[Callable[[str, SchedulerContext], Scheduler | None]] = [_checkpoint]
+RESOLVERS: list[Callable[[str, SchedulerContext], Scheduler | None]] = [_checkpoint, _lookahead]
 
 
 def make_scheduler(name: str, ctx: SchedulerContext | None = None,
@@ -102,7 +115,8 @@ def make_scheduler(name: str, ctx: SchedulerContext | None = None,
         if sched is not None:
             return sched
     raise ValueError(f"unknown policy {name!r}; baselines: {', '.join(sorted(BASELINES))}, "
-                     f"{', '.join(map(repr, SHIPPED))} (shipped policies) or a checkpoint path (*.pt)")
+                     f"{', '.join(map(repr, SHIPPED))} (shipped policies), a checkpoint path (*.pt) or "
+                     f"{LOOKAHEAD_PREFIX}<any of these> (the decision-time search)")
 
 
 __all__ = [
@@ -123,6 +137,8 @@ __all__ = [
     "LeastAllocatedArgs",
     "LoadVariationRiskBalancing",
     "LoadVariationRiskBalancingArgs",
+    "Lookahead",
+    "LookaheadArgs",
     "MostAllocatedArgs",
     "Placement",
     "RandomScoreArgs",

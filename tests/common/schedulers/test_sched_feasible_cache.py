@@ -5,6 +5,7 @@ sequence of binds, releases and node failures it answers what a full pass answer
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from fedsched.common.model.cluster import FIT_SCALAR_MAX, MILLI_PER_GPU, Pod
 from fedsched.common.schedulers import default_gpu_choice
@@ -46,3 +47,33 @@ def test_cached_feasibility_is_a_full_pass() -> None:
                     bound.append((j, q, g))
         st.alive[int(rng.integers(n))] = bool(rng.random() < 0.8)
     assert (st.gpu_free <= MILLI_PER_GPU).all()
+
+
+def test_a_synced_copy_answers_as_the_state_it_follows() -> None:
+    """``sync_rows``: a copy brought up to date from the nodes whose version moved in the original
+    holds the original's arrays, moves its own versions of exactly those nodes, and its cached
+    feasibility (kept across the syncs) is a full pass; another node table is refused."""
+    rng = np.random.default_rng(5)
+    n = 12
+    st = state(cpu=[8000] * n, mem=[16384] * n, gpu=[(0, 2, 4)[j % 3] for j in range(n)])
+    shadow, seen = st.copy(), st.version.copy()
+    shapes = [pod(cpu=3000, mem=1024), share(400, cpu=500), whole(2, cpu=1000)]
+    for _ in range(60):
+        q = shapes[int(rng.integers(len(shapes)))]
+        ok = np.flatnonzero(st.feasible(q))
+        if len(ok):
+            j = int(rng.choice(ok))
+            st.allocate(j, q, default_gpu_choice(st, q, j))
+        st.alive[int(rng.integers(n))] = bool(rng.random() < 0.9)
+        rows = np.flatnonzero(st.version != seen)
+        v = shadow.version.copy()
+        shadow.sync_rows(st, rows)
+        seen[rows] = st.version[rows]
+        assert np.array_equal(shadow.version - v, np.isin(np.arange(n), rows).astype(np.int64))
+        for k in st.ROW_FIELDS:
+            assert np.array_equal(getattr(shadow, k), getattr(st, k)), k
+        for p in shapes:
+            assert np.array_equal(shadow.feasible(p), _full_pass(st, p))
+    other = state(cpu=[8000] * n, mem=[16384] * n)
+    with pytest.raises(ValueError, match="same node table"):
+        other.sync_rows(st, np.arange(n))
