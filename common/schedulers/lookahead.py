@@ -146,14 +146,16 @@ class Lookahead(Scheduler):
                  draw: np.ndarray) -> float:
         """The value of placing ``pod`` on ``node`` followed by the arrivals ``draw``; undone."""
         gpu_measure = int(shadow.nodes.gpu.sum()) > 0
-        done = [(node, pod, gpus)]
         touched = [node]
         frag_before = self._frag(shadow, [node])
-        shadow.allocate(node, pod, gpus)
         given = 0.0
         priority = self._priority(len(shadow.nodes))
         rng = self._rng  # place() breaks ties by ``priority``: the generator is never drawn from
+        # Listed before it is bound: allocate() has changed every array when it refuses an
+        # over-allocation (a caller's node the pod does not fit), and release() undoes exactly that.
+        done = [(node, pod, gpus)]
         try:
+            shadow.allocate(node, pod, gpus)
             for j in draw.tolist():
                 arrival = self._arrival(j)
                 p = place(self.rollout_base, shadow, arrival, rng, node_rank=priority)
@@ -162,8 +164,8 @@ class Lookahead(Scheduler):
                 if p.node not in touched:
                     frag_before += self._frag(shadow, [p.node])
                     touched.append(p.node)
-                shadow.allocate(p.node, arrival, p.gpus)
                 done.append((p.node, arrival, p.gpus))
+                shadow.allocate(p.node, arrival, p.gpus)
                 given += arrival.gpu_request if gpu_measure else arrival.cpu
             return given - (self._frag(shadow, touched) - frag_before)
         finally:

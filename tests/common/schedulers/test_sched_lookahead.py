@@ -123,3 +123,17 @@ def test_a_packing_run_is_a_function_of_its_seed():
         runs.append(res.placements.tolist())
         assert s.searched > 0 and 0 < res.metrics["gpu_alloc_at_target"] <= 100
     assert runs[0] == runs[1]
+
+
+def test_a_node_the_pod_does_not_fit_is_refused_and_the_shadow_stays_true():
+    """A caller that breaks the contract (a candidate the pod does not fit) gets allocate()'s
+    refusal, and the search's shadow state still equals the live state afterwards."""
+    st_ = ClusterState(nodes(cpu=[4000, 8000, 8000], mem=[1 << 16] * 3), use_source=USE_REQUESTS)
+    s = search("kube-default", pod_table([(2000, 1024, 0, 0)]), horizon=2)
+    big = pod(cpu=6000, mem=1024)
+    with pytest.raises(AssertionError, match="over-allocated"):
+        s.score(st_, big, np.array([0, 1, 2]))
+    shadow = s._sync(st_)
+    for k in ClusterState.ROW_FIELDS:
+        np.testing.assert_array_equal(getattr(shadow, k), getattr(st_, k), err_msg=k)
+    assert place(s, st_, big, np.random.default_rng(0)).node in (1, 2)
