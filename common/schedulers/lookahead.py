@@ -13,21 +13,22 @@ with the measured resource milli-GPU on a cluster with GPUs (milli-CPU otherwise
 fragmentation by FGD's definition (:mod:`fedsched.common.model.fragmentation`, the typical pods
 of the scheduler's training pods). The arriving pods are drawn uniformly, with replacement, from
 the pods the scheduler was given to learn from (``SchedulerContext.train_pods``: the same pods
-FGD takes its typical pods from; in serving, the member's recent pods), which is also how the
-packing workload's tail draws them. Every candidate sees the same ``futures`` draws (common
-random numbers) and ties are broken by one fixed node priority, so the comparison sees the
-decision and not the luck of the draw; the values are averaged over the draws. The best-valued
-candidate gets the top score; the base's own first choice keeps it unless another candidate is
-strictly better. With ``horizon = 0`` the value is the candidate's own fragmentation change:
-FGD's rule without its score's rounding.
+FGD takes its typical pods from; in the benchmarks the statistics part of the split; serving
+does not run the search yet), which is also how the packing workload's tail draws them. Every
+candidate sees the same ``futures`` draws (common random numbers) and ties are broken by one
+fixed node priority, so the comparison sees the decision and not the luck of the draw; the
+values are averaged over the draws. The best-valued candidate gets the top score; the base's own
+first choice keeps it unless another candidate is strictly better. With ``horizon = 0`` the
+value is the candidate's own fragmentation change: FGD's rule without its score's rounding.
 
 The shadow state is kept between decisions and brought up to date from the live state's
 changed nodes (:meth:`ClusterState.sync_rows`), so the base scheduler's per-node caches stay
 warm; rollouts undo their placements. The live state is never written.
 
-Cost: ``candidates x futures x horizon`` base decisions per pod (about 18 ms a pod at 1,213
-nodes with FGD and the defaults, one core): meant for slow arrivals (GPU training pods), where
-a decision may take tens of milliseconds.
+Cost: ``candidates x futures x horizon`` base decisions per pod (with FGD and the defaults, one
+core: 11 / 21 / 32 ms at the median at 500 / 1,213 / 2,000 nodes, ``bench/inference_latency.py
+--search``): meant for slow arrivals (GPU training pods), where a decision may take tens of
+milliseconds.
 
 May import: numpy, ``fedsched.common.model`` and the scheduler base; the base scheduler is
 built by the caller (the registry) and passed in.
@@ -89,7 +90,7 @@ class Lookahead(Scheduler):
         self._arrivals: dict[int, Pod] = {}
         self.typical = TypicalPods.from_pods(self.pool)
         self._frag_models: dict[int, FragmentationModel] = {}
-        self._priorities: dict[int, np.ndarray] = {}
+        self._priority_of = (-1, np.zeros(0, dtype=np.int64))  # (node count, its priority)
         self._rng = np.random.default_rng(self.args.seed)
         self._shadow: ClusterState | None = None
         self._live_serial = -1
@@ -135,17 +136,18 @@ class Lookahead(Scheduler):
     def _values(self, state: ClusterState, pod: Pod, cands: list[int]) -> np.ndarray:
         shadow = self._sync(state)
         draws = [self._rng.integers(len(self.pool), size=self.args.horizon) for _ in range(self.args.futures)]
+        gpu_measure = bool(state.nodes.total_gpu_milli)
         values = np.zeros(len(cands))
         for i, c in enumerate(cands):
             gpus = self.base.select_gpus(state, pod, c)
             for draw in draws:
-                values[i] += self._rollout(shadow, pod, c, gpus, draw)
+                values[i] += self._rollout(shadow, pod, c, gpus, draw, gpu_measure)
         return values / len(draws)
 
     def _rollout(self, shadow: ClusterState, pod: Pod, node: int, gpus: tuple[int, ...],
-                 draw: np.ndarray) -> float:
-        """The value of placing ``pod`` on ``node`` followed by the arrivals ``draw``; undone."""
-        gpu_measure = int(shadow.nodes.gpu.sum()) > 0
+                 draw: np.ndarray, gpu_measure: bool) -> float:
+        """The value of placing ``pod`` on ``node`` followed by the arrivals ``draw`` (given
+        resource in milli-GPU when ``gpu_measure``, else milli-CPU); undone."""
         touched = [node]
         frag_before = self._frag(shadow, [node])
         given = 0.0
@@ -185,10 +187,9 @@ class Lookahead(Scheduler):
         (a seeded order of names), which packs equal nodes in one order instead of spreading
         pods over them at random (on openb that spreading costs FGD's rollouts several points
         of GPU allocation)."""
-        rank = self._priorities.get(n)
-        if rank is None:
-            rank = self._priorities[n] = np.random.default_rng([self.args.seed, n]).permutation(n)
-        return rank
+        if self._priority_of[0] != n:  # one slot: a cluster's node count changes rarely
+            self._priority_of = (n, np.random.default_rng([self.args.seed, n]).permutation(n))
+        return self._priority_of[1]
 
     def _frag(self, state: ClusterState, nodes: list[int]) -> float:
         n_models = len(state.nodes.models)
