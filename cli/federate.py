@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 
@@ -73,8 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if not (app_dir / "pyproject.toml").exists():
         raise FileNotFoundError(f"{app_dir} is not the fedsched app directory (no pyproject.toml)")
 
+    started = time.monotonic()
+
     def progress(msg: str) -> None:
-        print(f"federate: {msg}", file=sys.stderr, flush=True)
+        minutes, seconds = divmod(int(time.monotonic() - started), 60)
+        print(f"federate [{minutes}:{seconds:02d}]: {msg}", file=sys.stderr, flush=True)
 
     report = federate(Path(args.out), cfg, app_dir, progress, reuse=args.reuse)
     print(format_report(report))

@@ -23,9 +23,13 @@ May import: ``fedsched.common``, Flower's record types and :mod:`fedsched.coordi
 
 from __future__ import annotations
 
+import functools
 import json
+import multiprocessing
+import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -69,37 +73,112 @@ def central_evaluator(n_nodes: int, seed: int = 7) -> Callable[[Weights], dict[s
     return evaluate
 
 
-def online_central_evaluator(profiles: int = 4, seed: int = 99_000, size: str = "full"
-                             ) -> Callable[[Weights], dict[str, float]]:
-    """policy weights -> trouble score vs kube-default per held-out cluster and their mean (see
-    the module docstring); kube-default's figures are computed once, here."""
-    from fedsched.common.federation.members import member_cluster, reference_typical
-    from fedsched.common.model.metrics import TROUBLE_SMOOTHING, trouble_score
+CENTRAL_PROFILES = 4  # held-out clusters of the online central evaluation: one per member profile
+CENTRAL_SEED = 99_000  # their generator seeds (CENTRAL_SEED + i) and replay seed: no member's
+
+
+@functools.cache
+def _central_cluster(i: int, seed: int, size: str) -> Any:
+    """Held-out cluster ``i`` of the online central evaluation, built once per process."""
+    from fedsched.common.federation.members import member_cluster
+
+    return member_cluster(i, seed=seed + i, size=size)
+
+
+def _central_replay(args: tuple[int, int, str, Weights | None]) -> dict[str, float]:
+    """The trouble score's metrics of one replay of held-out cluster ``i``'s validation pods at
+    its load: kube-default's when ``weights`` is None, else the policy's."""
+    from fedsched.common.federation.members import reference_typical
+    from fedsched.common.model.metrics import TROUBLE_SMOOTHING
     from fedsched.common.schedulers import SchedulerContext
     from fedsched.common.sim.evaluate import make_policy
     from fedsched.common.sim.replay import ReplayConfig, run_replay
 
+    i, seed, size, weights = args
+    member = _central_cluster(i, seed, size)
     typical = reference_typical()
-    clusters = [member_cluster(i, seed=seed + i, size=size) for i in range(profiles)]
-
-    def metrics(member: Any, sched: Any) -> dict[str, float]:
-        cfg = ReplayConfig(**{**member.replay, "allow_unreachable_load": True})
-        res = run_replay(member.nodes, member.val, sched, config=cfg, seed=seed, typical=typical)
-        return {k: float(res.metrics[k]) for k in TROUBLE_SMOOTHING}
-
-    kube = make_policy("kube-default", SchedulerContext(rng=np.random.default_rng(0)), "replay")
-    refs = [metrics(m, kube) for m in clusters]
-
-    def evaluate(weights: Weights) -> dict[str, float]:
+    if weights is None:
+        sched: Any = make_policy("kube-default", SchedulerContext(rng=np.random.default_rng(0)), "replay")
+    else:
         policy = NodeScoringPolicy()
         load_weights(policy, weights)
         sched = PolicyScheduler(policy, typical)
-        scores = {m.spec.name if m.spec else m.name: trouble_score(metrics(m, sched), ref)
-                  for m, ref in zip(clusters, refs, strict=True)}
+    cfg = ReplayConfig(**{**member.replay, "allow_unreachable_load": True})
+    res = run_replay(member.nodes, member.val, sched, config=cfg, seed=seed, typical=typical)
+    return {k: float(res.metrics[k]) for k in TROUBLE_SMOOTHING}
+
+
+def _single_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def central_worker_count(workers: int | str, size: str) -> int:
+    """The processes of an online central evaluation: ``workers``, or for ``"auto"`` 2 (at most
+    the CPU count) for full-size clusters, whose replays take seconds each, and 1 for the small
+    ones, which would spend more starting processes than they save."""
+    if workers == "auto":
+        return min(2, os.cpu_count() or 1) if size == "full" else 1
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(f"central evaluation workers must be a positive integer or 'auto', got {workers!r}")
+    return workers
+
+
+class OnlineCentralEvaluator:
+    """policy weights -> trouble score vs kube-default per held-out cluster and their mean (see
+    the module docstring); kube-default's figures are computed once, at construction.
+
+    ``workers`` > 1 replays the clusters in that many worker processes (spawned, so safe beside
+    the simulation runtime's threads), the largest first: the hub evaluates while the members
+    wait, so this is time every round pays on the critical path (``"auto"``:
+    :func:`central_worker_count`). :meth:`close` (or leaving a ``with`` block) stops the workers."""
+
+    def __init__(self, profiles: int = CENTRAL_PROFILES, seed: int = CENTRAL_SEED, size: str = "full",
+                 workers: int | str = "auto") -> None:
+        workers = central_worker_count(workers, size)
+        self.seed, self.size = seed, size
+        self.clusters = [_central_cluster(i, seed, size) for i in range(profiles)]
+        self.names = [m.spec.name if m.spec else m.name for m in self.clusters]
+        # The largest first, so that the last to start is a short one.
+        self.order = sorted(range(profiles), key=lambda i: -len(self.clusters[i].val))
+        self._pool: ProcessPoolExecutor | None = None
+        if workers > 1:
+            self._pool = ProcessPoolExecutor(min(workers, profiles), initializer=_single_thread,
+                                             mp_context=multiprocessing.get_context("spawn"))
+        self.refs = self._replays(None)
+
+    def _replays(self, weights: Weights | None) -> list[dict[str, float]]:
+        jobs = [(i, self.seed, self.size, weights) for i in self.order]
+        runs = list(self._pool.map(_central_replay, jobs)) if self._pool is not None else \
+            [_central_replay(j) for j in jobs]
+        by_cluster = dict(zip(self.order, runs, strict=True))
+        return [by_cluster[i] for i in range(len(self.clusters))]
+
+    def __call__(self, weights: Weights) -> dict[str, float]:
+        from fedsched.common.model.metrics import trouble_score
+
+        scores = {name: trouble_score(got, ref)
+                  for name, got, ref in zip(self.names, self._replays(weights), self.refs, strict=True)}
         return {"trouble_score": float(np.mean(list(scores.values()))),
                 **{f"trouble_score_{k}": v for k, v in scores.items()}}
 
-    return evaluate
+    def __enter__(self) -> OnlineCentralEvaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+
+def online_central_evaluator(profiles: int = CENTRAL_PROFILES, seed: int = CENTRAL_SEED, size: str = "full",
+                             workers: int | str = "auto") -> OnlineCentralEvaluator:
+    """The online central evaluation (:class:`OnlineCentralEvaluator`)."""
+    return OnlineCentralEvaluator(profiles, seed, size, workers)
 
 
 def load_checkpoint(out: Path) -> tuple[int, Weights | None]:

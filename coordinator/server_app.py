@@ -8,10 +8,10 @@ passes none):
 (FedProx), ``byzantine-fraction`` (the share of members the robust strategies allow for:
 FedTrimmedAvg trims it off each tail, Krum tolerates that share of ``min-nodes``),
 ``fraction-train``, ``min-nodes``, ``norm-bound`` and ``cosine-floor`` (update validation),
-``mode`` (online: central
-trouble score on held-out replay clusters; packing: GPU allocation on the ``eval-nodes``
-held-out openb slice), ``download-codec`` (``int8-delta``: each member gets the global as an
-INT8 delta from what it already holds, the float32 global when the hub holds nothing for it;
+``mode`` (online: central trouble score on held-out replay clusters, in ``central-workers``
+processes; packing: GPU allocation on the ``eval-nodes`` held-out openb slice),
+``download-codec`` (``int8-delta``: each member gets the global as an INT8 delta from what it
+already holds, the float32 global when the hub holds nothing for it;
 ``int8``: the same with INT8 full copies; ``fp32``: the float32 global every round;
 :mod:`fedsched.coordinator.strategies`), ``init`` (shipped |
 random starting model) with ``seed``, ``out-dir``
@@ -51,7 +51,9 @@ app = ServerApp()
 def initial_weights(init: str, seed: int, mode: str = "online") -> dict[str, np.ndarray]:
     """The hub's starting model: the shipped policy of the mode (a fleet starts from a good
     scheduler, never from random decisions: ``learned-online`` in online mode, ``learned`` in
-    packing mode), or a seeded random initialisation."""
+    packing mode), or a seeded random initialisation: the same bits in every process, whatever
+    its torch thread count (the orthogonal initialisation's QR gives other bits on two threads than
+    on one, and the hub, the main job and its workers run with different counts)."""
     if init == "shipped":
         from fedsched.common.learning.checkpoint import load_checkpoint as load_policy
         from fedsched.common.schedulers import LEARNED, LEARNED_ONLINE, default_policy_path
@@ -60,8 +62,13 @@ def initial_weights(init: str, seed: int, mode: str = "online") -> dict[str, np.
         return weights_of(load_policy(shipped)[0])
     if init != "random":
         raise ValueError(f"init must be 'shipped' or 'random', got {init!r}")
-    torch.manual_seed(seed)
-    return weights_of(NodeScoringPolicy())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(seed)
+        return weights_of(NodeScoringPolicy())
+    finally:
+        torch.set_num_threads(threads)
 
 
 def strategy_arguments(name: str, run_config: Any) -> dict[str, Any]:
@@ -76,6 +83,19 @@ def strategy_arguments(name: str, run_config: Any) -> dict[str, Any]:
     if name == "krum":
         return {"num_malicious_nodes": int(byzantine * int(run_config["min-nodes"]))}
     return {}
+
+
+def central_workers(value: Any) -> int | str:
+    """Run config ``central-workers``: ``auto`` or a positive number of processes."""
+    if value == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1 or isinstance(value, float | bool):
+        raise ValueError(f"run config central-workers must be 'auto' or a positive integer, got {value!r}")
+    return n
 
 
 @app.main()
@@ -102,9 +122,17 @@ def main(grid: Grid, context: Context) -> None:
                              fraction_train=float(context.run_config["fraction-train"]),
                              fraction_evaluate=0.0, min_train_nodes=min_nodes, min_available_nodes=min_nodes,
                              **own)
-    evaluator = (online_central_evaluator(size=str(context.run_config["member-size"])) if mode == "online"
-                 else central_evaluator(int(context.run_config["eval-nodes"])))
-    recorder = HubRecorder(out, strategy, evaluator, resumed_from=done)
-    strategy.start(grid=grid, initial_arrays=ArrayRecord({k: Array(v) for k, v in weights.items()}),
-                   num_rounds=rounds - done, train_config=ConfigRecord(), evaluate_fn=recorder)
-    recorder.finish(rounds)
+    if mode == "online":
+        online = online_central_evaluator(size=str(context.run_config["member-size"]),
+                                          workers=central_workers(context.run_config["central-workers"]))
+        evaluator, close = online, online.close
+    else:
+        evaluator, close = central_evaluator(int(context.run_config["eval-nodes"])), None
+    try:
+        recorder = HubRecorder(out, strategy, evaluator, resumed_from=done)
+        strategy.start(grid=grid, initial_arrays=ArrayRecord({k: Array(v) for k, v in weights.items()}),
+                       num_rounds=rounds - done, train_config=ConfigRecord(), evaluate_fn=recorder)
+        recorder.finish(rounds)
+    finally:
+        if close is not None:
+            close()

@@ -209,12 +209,17 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     reused = reuse and reusable(out, cfg, extra)
+    phases: dict[str, float] = {}  # wall seconds of each phase of this invocation
     if reused:
         progress(f"reusing the finished training in {out} ({TRAINED}): evaluation only")
         runs = {s: out / s for s in cfg.strategies}
     else:
         (out / TRAINED).unlink(missing_ok=True)
-        runs = {s: run_flower(app_dir, out, s, cfg, progress, extra=extra) for s in cfg.strategies}
+        runs = {}
+        for s in cfg.strategies:
+            t = time.time()
+            runs[s] = run_flower(app_dir, out, s, cfg, progress, extra=extra)
+            phases[f"federation {s}"] = round(time.time() - t, 1)
     init = initial_weights(cfg.init, cfg.seed, "online")  # the hub's starting model, for local-only too
     report: dict[str, Any] = {"config": {**cfg.__dict__, "strategies": list(cfg.strategies),
                                          "etas": list(cfg.etas), "run_config_extra": dict(extra or {}),
@@ -234,9 +239,17 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
         else:
             progress(f"local-only baselines: {cfg.clusters} members x {cfg.rounds} rounds on {cfg.workers} "
                      "processes")
-            local = list(pool.map(local_only, range(cfg.clusters), [cfg] * cfg.clusters,
-                                  [init] * cfg.clusters, [out] * cfg.clusters))
+            t = time.time()
+            # The longest first (the most pods to replay: the members' costs differ by 5x), so
+            # that the last to start is a short one.
+            n = cfg.clusters
+            order = sorted(range(n), key=lambda i: -(len(members[i].train) + len(members[i].val)))
+            runs_alone = pool.map(local_only, order, [cfg] * n, [init] * n, [out] * n)
+            finished = dict(zip(order, runs_alone, strict=True))
+            local = [finished[i] for i in range(n)]
+            phases["local-only"] = round(time.time() - t, 1)
             (out / TRAINED).write_text(json.dumps(training_key(out, cfg, extra), indent=2))
+        t = time.time()
         for i, member in enumerate(members):
             progress(f"evaluating {member.name}: {cfg.eval_seeds} seeds of its test pods per policy")
             best, scores = best_heuristic(i, pool, cfg.member_size)
@@ -269,10 +282,12 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
                 "heuristic_validation_scores": scores, "local_only_val": local[i][1],
                 "federated_val": fed_val,
             }
+    phases["evaluation"] = round(time.time() - t, 1)
     report["verdicts"] = verdicts(report, cfg)
     report["fleet"] = fleet_verdicts(report, cfg)
     report["bytes"] = bytes_sent(report["rounds"])
     report["wall_s"] = round(time.time() - t0, 1)
+    report["phases_s"] = phases
     (out / "report.json").write_text(json.dumps(report, indent=2, default=float))
     plot_rounds(report, out / "rounds.png")
     write_html(report, out / "rounds.png", out / "report.html", format_report(report))

@@ -1,6 +1,7 @@
 """The main job's report as text: every member's evaluation table (:func:`table_rows`, also the
 HTML report's) and the console report (:func:`format_report`: the tables, the verdicts with the
-issue's goals, and the bytes sent and received, each beside its float32 equivalent).
+issue's goals, the bytes sent and received, each beside its float32 equivalent, and the wall time
+of each phase).
 
 May import: the standard library only (it reads the report's plain dictionary).
 """
@@ -59,4 +60,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"\nbytes sent ({s}, summed over each member's own reports): int8 {b['int8']:,} vs fp32 "
                      f"{b['fp32']:,} ({b['int8'] / max(b['fp32'], 1):.3f}x); received {b['down']:,} vs fp32 "
                      f"{down_fp32:,} ({b['down'] / max(down_fp32, 1):.3f}x)")
+    if "wall_s" in report:
+        phases = ", ".join(f"{k} {v:.0f} s" for k, v in report.get("phases_s", {}).items())
+        lines.append(f"\nwall time {report['wall_s']:.0f} s" + (f" ({phases})" if phases else ""))
     return "\n".join(lines)

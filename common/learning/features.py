@@ -40,8 +40,8 @@ node columns are kept per node and recomputed only for nodes whose version moved
 (:class:`NodeColumnCache`, in Python scalars for the usual one or two); the columns that move
 with the pod or the live signals are written in place into one block. Every value is computed
 by the same float64 operations as a fresh builder's, so cached and fresh features are the same
-bits (but for the sign of a zero ``frag_removed``: fragmentation parts computed in batches of other
-sizes may round a no-change delta to -0.0).
+bits. A cluster without GPUs skips the fragmentation model
+altogether (:meth:`FeatureBuilder.frag_model`): its fragmentation columns are 0 either way.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsched.common.model.cluster import MAX_GPUS_PER_NODE, MILLI_PER_GPU, ClusterState, Pod
+from fedsched.common.model.cluster import MAX_GPUS_PER_NODE, MILLI_PER_GPU, ClusterState, NodeTable, Pod
 from fedsched.common.model.fragmentation import (
     FragmentationModel,
     NodeFragCache,
@@ -331,9 +331,19 @@ class FeatureBuilder:
         # build's FGD GPU pick per candidate of the last sharing pod: (state serial, pod shape,
         # nodes, GPU per node, node versions).
         self._picks: tuple[int, tuple[int, int, int], np.ndarray, np.ndarray, np.ndarray] | None = None
+        # the last node table seen, and whether it has GPUs
+        self._has_gpus: tuple[NodeTable, bool] | None = None
 
     def frag_model(self, state: ClusterState) -> FragmentationModel | None:
+        """FGD's fragmentation model of the typical pods for this cluster's GPU models; None
+        without typical pods, and on a cluster without GPUs, where every node's fragmentation
+        and every placement's change of it are 0 (the features are the same bits without it)."""
         if self.typical is None:
+            return None
+        seen = self._has_gpus
+        if seen is None or seen[0] is not state.nodes:
+            seen = self._has_gpus = (state.nodes, bool(state.nodes.gpu.any()))
+        if not seen[1]:
             return None
         n = len(state.nodes.models)
         if n not in self._models:

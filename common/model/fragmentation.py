@@ -211,8 +211,9 @@ def placement_deltas(fm: FragmentationModel, cpu_left: np.ndarray, free: np.ndar
 def _exact(delta: np.ndarray) -> np.ndarray:
     """Drop float noise (F of the same state computed in batches of different sizes can
     differ in the last bits): FGD truncates sigmoid(delta) to integers, and a no-change
-    delta of -1e-13 would score 49 instead of 50."""
-    return np.round(delta, 6)
+    delta of -1e-13 would score 49 instead of 50; it would also round to -0.0, which adding 0.0
+    makes 0.0, so that the same state gives the same bits however it was batched)."""
+    return np.round(delta, 6) + 0.0
 
 
 def best_per_node(n: int, rows: np.ndarray, gpus: np.ndarray,

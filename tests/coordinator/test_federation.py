@@ -18,6 +18,7 @@ from fedsched.common.federation.run_config import app_defaults, with_defaults
 from fedsched.common.federation.weights import save_npz, weights_of
 from fedsched.common.learning.nets import NodeScoringPolicy
 from fedsched.coordinator.evaluation import HubRecorder, central_evaluator, load_checkpoint
+from fedsched.coordinator.server_app import initial_weights
 from fedsched.coordinator.strategies import make_strategy
 from tests.paths import REPO
 
@@ -85,3 +86,19 @@ def test_run_simulation_passes_no_run_config_and_the_apps_use_pyprojects(tmp_pat
     assert budgets == sorted([table["local-decisions"]] * 3 + [table["scarce-decisions"]] * 2)
     members = sorted(p.name for p in (tmp_path / table["state-dir"]).iterdir())
     assert members == ["edge-2", "gpu-cpuheavy-3", "gpu-train-0", "web-1", "web-late-4"]
+
+
+def test_the_random_start_is_the_same_bits_whatever_the_thread_count():
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = initial_weights("random", 5, "online")
+        torch.set_num_threads(2)
+        two = initial_weights("random", 5, "online")
+        assert torch.get_num_threads() == 2  # the caller's count is kept
+    finally:
+        torch.set_num_threads(threads)
+    assert one.keys() == two.keys()
+    assert all(np.array_equal(one[k], two[k]) for k in one)

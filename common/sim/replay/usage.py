@@ -298,7 +298,7 @@ class UsageModel:
         self._app_code = {int(c): i for i, c in enumerate(codes[codes >= 0].tolist())}
         self._req_nz = np.stack([cpu_nz, mem_nz])
         self._n_apps = n_apps
-        self._app_sums: tuple[np.ndarray, np.ndarray] | None = None
+        self._app_sums: tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
         rho_cm = cfg.usage_cpu_mem_corr
         z_app = g_work.standard_normal((2, n_apps + n_pods))
         z_pod = g_work.standard_normal((2, n_pods))
@@ -387,13 +387,13 @@ class UsageModel:
             cur = self._sf[_CUR:_CUR + 2, :k][:, keep]
             req = self._req_nz[:, self._s_pod[:k][keep]]
             n = self._n_apps
-            use = np.stack([np.bincount(d, weights=cur[r], minlength=n) for r in (0, 1)])
-            tot = np.stack([np.bincount(d, weights=req[r], minlength=n) for r in (0, 1)])
+            use = (np.bincount(d, weights=cur[0], minlength=n), np.bincount(d, weights=cur[1], minlength=n))
+            tot = (np.bincount(d, weights=req[0], minlength=n), np.bincount(d, weights=req[1], minlength=n))
             self._app_sums = (use, tot)
         use, tot = self._app_sums
-        if tot[0, i] <= 0:
+        if tot[0][i] <= 0:
             return None
-        return float(use[0, i] / tot[0, i]), float(use[1, i] / tot[1, i])
+        return float(use[0][i] / tot[0][i]), float(use[1][i] / tot[1][i])
 
     def expected_use(self, rows: np.ndarray | list[int] | int) -> tuple[np.ndarray, np.ndarray]:
         """The hidden mean use of PodTable ``rows``, ``(cpu_milli, mem_mib)``: each pod's level
@@ -416,7 +416,6 @@ class UsageModel:
     # ---- what the simulator calls --------------------------------------------------------
     def start(self, p: int, n: int, now: float) -> None:
         """Pod ``p`` (bound to node ``n``) starts running at ``now``: give it a slot, evaluate its use."""
-        self._app_sums = None
         self._started[p] = now
         k = self._n_active
         self._n_active = k + 1
@@ -430,6 +429,7 @@ class UsageModel:
             self._n_be += self._kernels.start(
                 self._pf, self._sf, p, k, n, math.cos(self._omega * now - self._phase_f[c]), self.cap_cpu,
                 self.cap_mem, self.cpu_demand, s.cpu_used, s.mem_used)
+            self._add_app_sums(p, k)
             return
         col = self._pf[:, p].tolist()
         col[_MAX + 1] = min(col[_MAX + 1], self._cap_mem_f[n])  # one pod alone never OOMs its node
@@ -447,6 +447,21 @@ class UsageModel:
         s = self.state
         s.cpu_used[n] = min(self.cpu_demand[n], self.cap_cpu[n])
         s.mem_used[n] += mu
+        self._add_app_sums(p, k)
+
+    def _add_app_sums(self, p: int, k: int) -> None:
+        """Count the pod that just started in slot ``k`` (the last) in :meth:`app_usage`'s sums:
+        the bincounts add their weights in slot order, so adding the new last slot's gives the
+        same bits as counting again."""
+        if self._app_sums is None:
+            return
+        d = self._app_dense[p]
+        if d >= 0:
+            use, tot = self._app_sums
+            use[0][d] += self._sf[_CUR, k]
+            use[1][d] += self._sf[_CUR + 1, k]
+            tot[0][d] += self._req_nz[0, p]
+            tot[1][d] += self._req_nz[1, p]
 
     def stop(self, p: int, n: int) -> bool:
         """Remove pod ``p``'s use from its node ``n``; ``False`` (nothing done) if it was not running."""

@@ -5,12 +5,12 @@ whatever pods come and go and whatever the live signals do meanwhile."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fedsched.common.learning.features import NODE_FEATURES, FeatureBuilder, Telemetry
 from fedsched.common.model.cluster import ClusterState, Pod
-from fedsched.common.model.fragmentation import TypicalPods
+from fedsched.common.model.fragmentation import FragmentationModel, TypicalPods
 from fedsched.common.schedulers.base import default_gpu_choice
 from tests.builders import make_nodes, make_pods
 
@@ -31,6 +31,7 @@ def same(a, b) -> bool:
 @given(st.lists(st.tuples(st.sampled_from(["place", "remove", "use", "telemetry"]), st.integers(0, 10**6)),
                 min_size=1, max_size=40),
        st.booleans())
+@example(steps=[("place", 0)] * 9 + [("place", 14126)], typical=True)  # a no-change delta rounded to -0.0
 def test_a_warm_builder_builds_what_a_fresh_one_builds(steps, typical):
     state = ClusterState(NODES, use_source="requests")
     state.telemetry = Telemetry.zeros(len(NODES))
@@ -63,3 +64,31 @@ def test_a_warm_builder_builds_what_a_fresh_one_builds(steps, typical):
         want = FeatureBuilder(TYPICAL if typical else None).build(state, pod, candidates)
         assert got.nodes.shape == (len(candidates), len(NODE_FEATURES))
         assert same(got, want), (op, r)
+
+
+CPU_NODES = make_nodes([32000, 64000, 16000, 96000], [131072, 262144, 65536, 393216], [0, 0, 0, 0],
+                       model=[-1, -1, -1, -1])
+
+
+class EveryClusterFragmentation(FeatureBuilder):
+    """The builder as it was: the fragmentation model also on a cluster without GPUs."""
+
+    def frag_model(self, state):
+        return FragmentationModel(self.typical, len(state.nodes.models))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=30))
+def test_without_gpus_the_builder_skips_fragmentation_and_builds_the_same_bits(draws):
+    state = ClusterState(CPU_NODES, use_source="requests")
+    fast, full = FeatureBuilder(TYPICAL), EveryClusterFragmentation(TYPICAL)
+    cpu_pods = [i for i in range(len(POOL)) if POOL.num_gpu[i] == 0]
+    for r in draws:
+        rng = np.random.default_rng(r)
+        pod = Pod.from_table(POOL, int(rng.choice(cpu_pods)))
+        fits = np.flatnonzero(state.feasible(pod))
+        if not len(fits):
+            continue
+        assert fast.frag_model(state) is None
+        assert same(fast.build(state, pod, fits), full.build(state, pod, fits))
+        state.allocate(int(rng.choice(fits)), pod, ())

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fedsched.common.model.cluster import NodeTable, PodTable
@@ -322,8 +322,21 @@ pod_throttle_cases = st.tuples(
 THROTTLED_CASES: list[bool] = []
 
 
+# Runs sure to throttle (one node, six Burstable pods at 3x their requests), so that the check
+# below does not depend on how many of hypothesis' random draws throttle.
+SURE_TO_THROTTLE = [(1, [(1800, BURSTABLE, 10.0 * i, math.nan) for i in range(6)], seed, churn, 3.0)
+                    for seed, churn in ((0, False), (1, False), (2, True), (3, False), (4, True))]
+
+
+def with_throttling_examples(test):
+    for case in SURE_TO_THROTTLE:
+        test = example(case)(test)
+    return test
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pod_throttle_cases)
+@with_throttling_examples
 def test_pods_throttling_sums_to_the_clusters_throttled_cpu(args) -> None:
     n_nodes, rows, seed, churn, level = args
     cpu, qos, creation, dur = zip(*rows, strict=True)
