@@ -468,8 +468,8 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
     hist = {name: history(out / name) for name in runs}
     t0 = time.time()
     log("random start: central evaluation")
-    with online_central_evaluator(size=cfg.member_size) as central:
-        init_central = central(init)
+    with online_central_evaluator(size=cfg.member_size) as evaluator:
+        init_central = evaluator(init)
     members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
     policies: dict[str, Any] = {"random start": init, **finals}
     with ProcessPoolExecutor(cfg.workers, initializer=worker_init) as pool:
