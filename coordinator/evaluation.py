@@ -4,7 +4,8 @@
   (:func:`fedsched.common.model.metrics.trouble_score`: the mean log ratio of its hot CPU
   node-seconds, throttled CPU and OOM kills to kube-default's; below 0 is better) on the
   validation pods of held-out clusters of every member profile (other generator seeds than any
-  member's) at the members' size (run config ``member-size``), replayed at 85% load.
+  member's) at the members' size (run config ``member-size``), replayed at 85% load; in worker
+  processes for full-size clusters (run config ``central-workers``, :class:`OnlineCentralEvaluator`).
 - :func:`central_evaluator` (packing mode): the global model's GPU allocation on a held-out
   openb slice (test pods, packing mode).
 - :class:`HubRecorder`: the ``evaluate_fn``. Flower calls it after every round with the
@@ -146,7 +147,11 @@ class OnlineCentralEvaluator:
         if workers > 1:
             self._pool = ProcessPoolExecutor(min(workers, profiles), initializer=_single_thread,
                                              mp_context=multiprocessing.get_context("spawn"))
-        self.refs = self._replays(None)
+        try:
+            self.refs = self._replays(None)
+        except BaseException:
+            self.close()
+            raise
 
     def _replays(self, weights: Weights | None) -> list[dict[str, float]]:
         jobs = [(i, self.seed, self.size, weights) for i in self.order]
