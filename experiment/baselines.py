@@ -3,11 +3,12 @@
 - :func:`local_only`: the same rounds, decision budget and seeds on one member alone (eta = 1,
   no global model after the shared start), with the member's own round code;
   :func:`load_local_only` reads back what it left.
-- :func:`best_heuristic`: per member, the load-aware baseline with the lowest trouble score on
-  its *validation* pods (model selection never sees test pods).
 - :func:`evaluate_member`: every policy on the member's held-out *test* pods (replay at its load,
   ``eval_seeds`` seeds, the same seeds for every policy), mean and 95% CI of the online metrics,
   the trouble score taken seed by seed against kube-default's run with the same seed.
+- :class:`MemberEvaluation`: the same for every member, as one queue of replays, with each
+  member's best heuristic among them: the load-aware baseline with the lowest trouble score on
+  its *validation* pods (model selection never sees test pods).
 - :func:`verdicts`: per member, the run's personalised model against local-only and
   kube-default, seed by seed, on the trouble score and failed pods
   (:func:`fedsched.common.sim.paired.paired_difference`, the comparison every verdict uses), and
@@ -26,6 +27,8 @@ import functools
 import json
 import math
 import shutil
+from collections.abc import Callable
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
@@ -112,12 +115,11 @@ def _replay(args: tuple[int, str, Any, int, str]) -> dict[str, float]:
     return replay_metrics(member, sched, pods, seed=seed if split == "test" else VALIDATION_SEED)
 
 
-def best_heuristic(member_id: int, pool: Any, size: str = "full") -> tuple[str, dict[str, float]]:
-    """The load-aware baseline with the lowest trouble score on the member's validation pods
-    (model selection never sees test pods); with the scores of every candidate."""
+def _choose(runs: list[dict[str, float]]) -> tuple[str, dict[str, float]]:
+    """The heuristic of ``runs`` (the validation replays of :data:`HEURISTICS`, in order) with the
+    lowest trouble score against kube-default's (the first), and every heuristic's score."""
     from fedsched.common.model.metrics import trouble_score
 
-    runs = list(pool.map(_replay, [(member_id, size, h, 0, "val") for h in HEURISTICS]))
     scores = {h: trouble_score(r, runs[0]) for h, r in zip(HEURISTICS, runs, strict=True)}
     return min(scores, key=lambda h: (scores[h], HEURISTICS.index(h))), scores
 
@@ -127,18 +129,95 @@ def evaluate_member(member_id: int, cfg: FederateConfig, policies: dict[str, Any
     """Per policy: mean and 95% CI over ``eval_seeds`` replays of the member's test pods of the
     online metrics (and GPU fragmentation on a GPU cluster), the trouble score taken seed by seed
     against kube-default's run with the same seed; ``runs`` keeps the per-seed values."""
-    from fedsched.common.model.metrics import mean_ci95, trouble_score
-
-    seeds = list(range(42, 42 + cfg.eval_seeds))
+    seeds = _eval_seeds(cfg)
     names = ["kube-default", *[n for n in policies if n != "kube-default"]]
     jobs = [(member_id, cfg.member_size, policies.get(n, n), s, "test") for n in names for s in seeds]
     results = list(pool.map(_replay, jobs))
-    per: dict[str, list[dict[str, float]]] = {n: results[i * len(seeds):(i + 1) * len(seeds)]
-                                              for i, n in enumerate(names)}
+    per = {n: results[i * len(seeds):(i + 1) * len(seeds)] for i, n in enumerate(names)}
+    return _summary(per, has_gpus)
+
+
+class MemberEvaluation:
+    """The main job's evaluation as one queue of replays on ``pool`` (the figures of
+    :func:`evaluate_member` for every member, with each member's best heuristic among them), so
+    that no worker waits for another member's last replay and the replays that need no trained
+    model run while the models train.
+
+    Built: the heuristics' validation replays of every member are queued (for the choice of each
+    member's best heuristic: the load-aware baseline with the lowest trouble score on its
+    *validation* pods; model selection never sees test pods). :meth:`add` queues test replays of
+    more policies (in each call the costliest first: learned policies on the members with the most
+    test pods); :meth:`finish` chooses the heuristics, queues their test replays (cheap) last,
+    waits for everything and gives per member (best heuristic, every heuristic's validation
+    score, the figures of kube-default, the best heuristic and the added policies in the order
+    added). ``ids``: the members' partition ids (default their positions)."""
+
+    def __init__(self, members: list[Any], cfg: FederateConfig, pool: Any, ids: list[int] | None = None
+                 ) -> None:
+        self.members, self.cfg, self.pool = members, cfg, pool
+        self.ids = list(range(len(members))) if ids is None else list(ids)
+        self.seeds = _eval_seeds(cfg)
+        self.names: list[list[str]] = [[] for _ in members]
+        self.futures: dict[tuple[int, str, int], Any] = {}
+        self._val = [[self._submit(p, h, 0, "val") for h in HEURISTICS] for p in self.ids]
+
+    def _submit(self, partition: int, spec: Any, seed: int, split: str) -> Any:
+        return self.pool.submit(_replay, (partition, self.cfg.member_size, spec, seed, split))
+
+    def add(self, policies: list[dict[str, Any]]) -> None:
+        """Queue the test replays of ``policies[i]`` (name -> a baseline's name or weights) for
+        member ``i``."""
+        def cost(job: tuple[int, str, Any, int]) -> int:  # a learned decision costs about 5 heuristic ones
+            i, _, spec, _ = job
+            return len(self.members[i].test) * (1 if isinstance(spec, str) else 5)
+
+        jobs = [(i, n, spec, s) for i, ps in enumerate(policies) for n, spec in ps.items()
+                for s in self.seeds]
+        jobs.sort(key=cost, reverse=True)  # stable: ties keep the members' and policies' order
+        for i, ps in enumerate(policies):
+            self.names[i] += [n for n in ps if n not in self.names[i]]
+        for i, n, spec, s in jobs:
+            self.futures[(i, n, s)] = self._submit(self.ids[i], spec, s, "test")
+
+    def finish(self, progress: Callable[[str], None] = lambda _: None
+               ) -> list[tuple[str, dict[str, float], dict[str, dict]]]:
+        """Wait for the queue (``progress`` hears of every tenth replay done) and summarise it."""
+        chosen = []
+        for i, val in enumerate(self._val):
+            best, scores = _choose([f.result() for f in val])
+            chosen.append((best, scores))
+            if best != "kube-default":
+                for s in self.seeds:
+                    key = (i, f"best heuristic ({best})", s)
+                    self.futures[key] = self._submit(self.ids[i], best, s, "test")
+        total, step = len(self.futures), max(1, len(self.futures) // 10)
+        pending = [f for f in self.futures.values() if not f.done()]
+        for done, _ in enumerate(as_completed(pending), total - len(pending) + 1):
+            if done % step == 0 or done == total:
+                progress(f"evaluation: {done} of {total} test replays done")
+        out = []
+        for i, m in enumerate(self.members):
+            best, scores = chosen[i]
+            names = ["kube-default", *([f"best heuristic ({best})"] if best != "kube-default" else []),
+                     *[n for n in self.names[i] if n != "kube-default"]]
+            per = {n: [self.futures[(i, n, s)].result() for s in self.seeds] for n in names}
+            out.append((best, scores, _summary(per, m.nodes.total_gpu_milli > 0)))
+        return out
+
+
+def _eval_seeds(cfg: FederateConfig) -> list[int]:
+    return list(range(42, 42 + cfg.eval_seeds))
+
+
+def _summary(per: dict[str, list[dict[str, float]]], has_gpus: bool) -> dict[str, dict]:
+    """Mean and 95% CI of every policy's replays (``per``: each policy's runs, seed by seed, with
+    kube-default's first), the trouble score seed by seed against kube-default's run."""
+    from fedsched.common.model.metrics import mean_ci95, trouble_score
+
     metrics = ONLINE_METRICS + (GPU_METRICS if has_gpus else ())
     out: dict[str, dict] = {}
-    for n in names:
-        runs = [{**r, "trouble_score": trouble_score(r, k)} for r, k in zip(per[n], per["kube-default"],
+    for n, results in per.items():
+        runs = [{**r, "trouble_score": trouble_score(r, k)} for r, k in zip(results, per["kube-default"],
                                                                              strict=True)]
         out[n] = {m: dict(zip(("mean", "ci95"), mean_ci95([r[m] for r in runs]), strict=True))
                   for m in metrics}

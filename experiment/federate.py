@@ -57,8 +57,7 @@ from fedsched.common.federation.run_config import Value, run_config_arg
 from fedsched.common.federation.weights import load_npz
 from fedsched.coordinator.server_app import initial_weights
 from fedsched.experiment.baselines import (
-    best_heuristic,
-    evaluate_member,
+    MemberEvaluation,
     fleet_verdicts,
     load_local_only,
     local_only,
@@ -210,66 +209,74 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
     t0 = time.time()
     reused = reuse and reusable(out, cfg, extra)
     phases: dict[str, float] = {}  # wall seconds of each phase of this invocation
-    if reused:
-        progress(f"reusing the finished training in {out} ({TRAINED}): evaluation only")
-        runs = {s: out / s for s in cfg.strategies}
-    else:
-        (out / TRAINED).unlink(missing_ok=True)
-        runs = {}
-        for s in cfg.strategies:
-            t = time.time()
-            runs[s] = run_flower(app_dir, out, s, cfg, progress, extra=extra)
-            phases[f"federation {s}"] = round(time.time() - t, 1)
     init = initial_weights(cfg.init, cfg.seed, "online")  # the hub's starting model, for local-only too
-    report: dict[str, Any] = {"config": {**cfg.__dict__, "strategies": list(cfg.strategies),
-                                         "etas": list(cfg.etas), "run_config_extra": dict(extra or {}),
-                                         "reused_training": reused},
-                              "clusters": {}, "rounds": {}, "members": {}}
-    for s, d in runs.items():
-        report["rounds"][s] = json.loads((d / "hub" / "rounds.json").read_text())
-    glob = {s: {k: v for k, v in load_npz(d / "hub" / "global.npz").items() if k != "__round__"}
-            for s, d in runs.items()}
+    start_name = "shipped start" if cfg.init == "shipped" else "random start"
     main = cfg.strategies[0]
     member_cfg = cfg.member_config(out)
     members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
-    with ProcessPoolExecutor(cfg.workers, initializer=worker_init) as pool:
+    n = cfg.clusters
+    pool = ProcessPoolExecutor(cfg.workers, initializer=worker_init)
+    try:
+        # What needs no federated model goes to the pool first and runs beside the Flower runs
+        # (they leave cores idle while their runtime starts and between rounds): local-only, the
+        # longest first (the members' costs differ by 5x), then the heuristics' validation
+        # replays and the test replays of kube-default and the starting model.
         kept = [load_local_only(m.name, out) for m in members] if reused else []
+        local_futures: dict[int, Any] = {}
         if reused and all(k is not None for k in kept):
             local = [k for k in kept if k is not None]
         else:
-            progress(f"local-only baselines: {cfg.clusters} members x {cfg.rounds} rounds on {cfg.workers} "
-                     "processes")
-            t = time.time()
-            # The longest first (the most pods to replay: the members' costs differ by 5x), so
-            # that the last to start is a short one.
-            n = cfg.clusters
+            progress(f"local-only baselines: {n} members x {cfg.rounds} rounds on {cfg.workers} processes"
+                     + ("" if reused else ", beside the federated runs"))
             order = sorted(range(n), key=lambda i: -(len(members[i].train) + len(members[i].val)))
-            runs_alone = pool.map(local_only, order, [cfg] * n, [init] * n, [out] * n)
-            finished = dict(zip(order, runs_alone, strict=True))
-            local = [finished[i] for i in range(n)]
-            phases["local-only"] = round(time.time() - t, 1)
-            (out / TRAINED).write_text(json.dumps(training_key(out, cfg, extra), indent=2))
-        t = time.time()
-        for i, member in enumerate(members):
-            progress(f"evaluating {member.name}: {cfg.eval_seeds} seeds of its test pods per policy")
-            best, scores = best_heuristic(i, pool, cfg.member_size)
-            local_w = MemberState(runs[main] / "state" / member.name).load("local")
-            policies: dict[str, Any] = {"kube-default": "kube-default"}
-            if best != "kube-default":
-                policies[f"best heuristic ({best})"] = best
-            policies["shipped start" if cfg.init == "shipped" else "random start"] = init
-            policies["local-only"] = local[i][0]
+            local_futures = {i: pool.submit(local_only, i, cfg, init, out) for i in order}
+        evaluation = MemberEvaluation(members, cfg, pool)
+        evaluation.add([{"kube-default": "kube-default", start_name: init} for _ in members])
+        if reused:
+            progress(f"reusing the finished training in {out} ({TRAINED}): evaluation only")
+            runs = {s: out / s for s in cfg.strategies}
+        else:
+            (out / TRAINED).unlink(missing_ok=True)
+            runs = {}
             for s in cfg.strategies:
-                policies[f"global {s}"] = glob[s]
+                t = time.time()
+                runs[s] = run_flower(app_dir, out, s, cfg, progress, extra=extra)
+                phases[f"federation {s}"] = round(time.time() - t, 1)
+        if local_futures:
+            t = time.time()
+            local = [local_futures[i].result() for i in range(n)]
+            phases["local-only (what was left)"] = round(time.time() - t, 1)
+            (out / TRAINED).write_text(json.dumps(training_key(out, cfg, extra), indent=2))
+        report: dict[str, Any] = {"config": {**cfg.__dict__, "strategies": list(cfg.strategies),
+                                             "etas": list(cfg.etas), "run_config_extra": dict(extra or {}),
+                                             "reused_training": reused},
+                                  "clusters": {}, "rounds": {}, "members": {}}
+        for s, d in runs.items():
+            report["rounds"][s] = json.loads((d / "hub" / "rounds.json").read_text())
+        glob = {s: {k: v for k, v in load_npz(d / "hub" / "global.npz").items() if k != "__round__"}
+                for s, d in runs.items()}
+        t = time.time()
+        progress(f"evaluating {cfg.clusters} members: {cfg.eval_seeds} seeds of their test pods per policy, "
+                 f"on {cfg.workers} processes")
+        policies: list[dict[str, Any]] = []
+        local_ws = [MemberState(runs[main] / "state" / m.name).load("local") for m in members]
+        for i, local_w in enumerate(local_ws):
+            ps: dict[str, Any] = {"local-only": local[i][0]}
+            for s in cfg.strategies:
+                ps[f"global {s}"] = glob[s]
             if local_w is not None:
                 for eta in cfg.etas:
                     if eta > 0:
-                        policies[f"personalised eta={eta:g}"] = personalised_mix(local_w, glob[main], eta)
-            if f"personalised eta={cfg.eta:g}" not in policies:
-                policies[f"personalised eta={cfg.eta:g}"] = (personalised_mix(local_w, glob[main], cfg.eta)
-                                                             if local_w is not None else glob[main])
+                        ps[f"personalised eta={eta:g}"] = personalised_mix(local_w, glob[main], eta)
+            if f"personalised eta={cfg.eta:g}" not in ps:
+                ps[f"personalised eta={cfg.eta:g}"] = (personalised_mix(local_w, glob[main], cfg.eta)
+                                                       if local_w is not None else glob[main])
+            policies.append(ps)
+        evaluation.add(policies)
+        evaluated = evaluation.finish(progress)
+        for i, (member, (best, scores, figures)) in enumerate(zip(members, evaluated, strict=True)):
             has_gpus = member.nodes.total_gpu_milli > 0
-            report["clusters"][member.name] = evaluate_member(i, cfg, policies, pool, has_gpus)
+            report["clusters"][member.name] = figures
             fed_val = [float(h.get("members", {}).get(str(i), {}).get("val-score", math.nan))
                        for h in report["rounds"][main]]
             spec = member.spec
@@ -282,6 +289,10 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
                 "heuristic_validation_scores": scores, "local_only_val": local[i][1],
                 "federated_val": fed_val,
             }
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # a failed run ends the job now, not after the queue
+        raise
+    pool.shutdown()
     phases["evaluation"] = round(time.time() - t, 1)
     report["verdicts"] = verdicts(report, cfg)
     report["fleet"] = fleet_verdicts(report, cfg)
