@@ -23,6 +23,10 @@ both ways beside their float32 equivalent (:func:`bytes_sent`). Writes ``DIR/rep
 ``DIR/rounds.png`` (the hub's central trouble score and
 each member's validation score per round, federated and local-only) and ``DIR/report.html``
 (one self-contained file: the tables and the plot, :mod:`fedsched.experiment.report_html`).
+The local-only baseline and the replays that need no federated model (the heuristics, the
+starting model) run in the job's worker pool beside the Flower runs, whose runtime leaves cores
+idle while it starts and between rounds; the replays are one queue for all members
+(:class:`fedsched.experiment.baselines.MemberEvaluation`).
 
 Settings: :class:`fedsched.experiment.config.FederateConfig`.
 
