@@ -59,6 +59,7 @@ May import: ``fedsched.common`` and Flower's ServerApp API.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterable
@@ -130,6 +131,16 @@ def _check_fraction(name: str, value: float) -> None:
 def _check_count(name: str, value: int, minimum: int = 0) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _reply_order(msg: Message) -> tuple[float, int]:
+    """A reply's place in the fixed order: the member's partition (its own report; the node ids
+    of a simulation are drawn anew in every run), then its node id."""
+    part = -1.0
+    if not msg.has_error():
+        with contextlib.suppress(StopIteration, KeyError, TypeError, ValueError):
+            part = float(next(iter(msg.content.metric_records.values()))["partition"])  # type: ignore[arg-type]
+    return (part, int(msg.metadata.src_node_id))
 
 
 class QuantizedUpdates(FedAvg):
@@ -293,7 +304,11 @@ class QuantizedUpdates(FedAvg):
         rnd = server_round + self.round_offset
         report = RoundReport(rnd)
         self.reports[rnd] = report
-        replies = list(replies)
+        # Flower hands the replies over in the order they arrived, which timing decides; the
+        # float sums of the aggregation (and the parent's) depend on their order, so they are
+        # taken in a fixed one: two runs of one federation then give the same bits (the FedProx
+        # global of the main job differed between two runs of one configuration on one machine).
+        replies = sorted(replies, key=_reply_order)
         self._acknowledge(replies)
         decoded: list[tuple[Message, dict[str, np.ndarray], MetricRecord]] = []
         for msg in replies:

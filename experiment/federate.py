@@ -23,10 +23,10 @@ both ways beside their float32 equivalent (:func:`bytes_sent`). Writes ``DIR/rep
 ``DIR/rounds.png`` (the hub's central trouble score and
 each member's validation score per round, federated and local-only) and ``DIR/report.html``
 (one self-contained file: the tables and the plot, :mod:`fedsched.experiment.report_html`).
-The local-only baseline and the replays that need no federated model (the heuristics, the
-starting model) run in the job's worker pool beside the Flower runs, whose runtime leaves cores
-idle while it starts and between rounds; the replays are one queue for all members
-(:class:`fedsched.experiment.baselines.MemberEvaluation`).
+The replays are one queue for all members (:class:`fedsched.experiment.baselines.MemberEvaluation`);
+with ``beside_flower`` (the quick job) the local-only baseline and the replays that need no
+federated model (the heuristics, the starting model) run in the job's worker pool beside the
+Flower runs, whose runtime leaves cores idle while it starts.
 
 Settings: :class:`fedsched.experiment.config.FederateConfig`.
 
@@ -214,28 +214,15 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
     reused = reuse and reusable(out, cfg, extra)
     phases: dict[str, float] = {}  # wall seconds of each phase of this invocation
     init = initial_weights(cfg.init, cfg.seed, "online")  # the hub's starting model, for local-only too
-    start_name = "shipped start" if cfg.init == "shipped" else "random start"
     main = cfg.strategies[0]
     member_cfg = cfg.member_config(out)
     members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
     n = cfg.clusters
     pool = ProcessPoolExecutor(cfg.workers, initializer=worker_init)
     try:
-        # What needs no federated model goes to the pool first and runs beside the Flower runs
-        # (they leave cores idle while their runtime starts and between rounds): local-only, the
-        # longest first (the members' costs differ by 5x), then the heuristics' validation
-        # replays and the test replays of kube-default and the starting model.
-        kept = [load_local_only(m.name, out) for m in members] if reused else []
-        local_futures: dict[int, Any] = {}
-        if reused and all(k is not None for k in kept):
-            local = [k for k in kept if k is not None]
-        else:
-            progress(f"local-only baselines: {n} members x {cfg.rounds} rounds on {cfg.workers} processes"
-                     + ("" if reused else ", beside the federated runs"))
-            order = sorted(range(n), key=lambda i: -(len(members[i].train) + len(members[i].val)))
-            local_futures = {i: pool.submit(local_only, i, cfg, init, out) for i in order}
-        evaluation = MemberEvaluation(members, cfg, pool)
-        evaluation.add([{"kube-default": "kube-default", start_name: init} for _ in members])
+        queued = None
+        if cfg.beside_flower:
+            queued = _queue_what_needs_no_federated_model(pool, members, cfg, init, out, reused, progress)
         if reused:
             progress(f"reusing the finished training in {out} ({TRAINED}): evaluation only")
             runs = {s: out / s for s in cfg.strategies}
@@ -246,10 +233,14 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
                 t = time.time()
                 runs[s] = run_flower(app_dir, out, s, cfg, progress, extra=extra)
                 phases[f"federation {s}"] = round(time.time() - t, 1)
+        if queued is None:
+            queued = _queue_what_needs_no_federated_model(pool, members, cfg, init, out, reused, progress)
+        local, local_futures, evaluation = queued
         if local_futures:
             t = time.time()
             local = [local_futures[i].result() for i in range(n)]
-            phases["local-only (what was left)"] = round(time.time() - t, 1)
+            left = "local-only (what was left)" if cfg.beside_flower else "local-only"
+            phases[left] = round(time.time() - t, 1)
             (out / TRAINED).write_text(json.dumps(training_key(out, cfg, extra), indent=2))
         report: dict[str, Any] = {"config": {**cfg.__dict__, "strategies": list(cfg.strategies),
                                              "etas": list(cfg.etas), "run_config_extra": dict(extra or {}),
@@ -307,6 +298,31 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
     plot_rounds(report, out / "rounds.png")
     write_html(report, out / "rounds.png", out / "report.html", format_report(report))
     return report
+
+
+def _queue_what_needs_no_federated_model(
+        pool: ProcessPoolExecutor, members: list[Any], cfg: FederateConfig, init: dict[str, Any], out: Path,
+        reused: bool, progress: Callable[[str], None]) -> tuple[list[Any], dict[int, Any], MemberEvaluation]:
+    """Queue on ``pool`` what needs no federated model: local-only (unless a reused training
+    left it: then it is returned as it is), the longest first (the members' costs differ by 5x),
+    then the heuristics' validation replays and the test replays of kube-default and the
+    starting model. Returns (local-only's results when reused, else []; its futures by member;
+    the evaluation queue)."""
+    n = len(members)
+    kept = [load_local_only(m.name, out) for m in members] if reused else []
+    local: list[Any] = []
+    futures: dict[int, Any] = {}
+    if reused and all(k is not None for k in kept):
+        local = list(kept)
+    else:
+        progress(f"local-only baselines: {n} members x {cfg.rounds} rounds on {cfg.workers} processes"
+                 + (", beside the federated runs" if cfg.beside_flower and not reused else ""))
+        order = sorted(range(n), key=lambda i: -(len(members[i].train) + len(members[i].val)))
+        futures = {i: pool.submit(local_only, i, cfg, init, out) for i in order}
+    evaluation = MemberEvaluation(members, cfg, pool)
+    start = "shipped start" if cfg.init == "shipped" else "random start"
+    evaluation.add([{"kube-default": "kube-default", start: init} for _ in members])
+    return local, futures, evaluation
 
 
 def bytes_sent(rounds: dict[str, list[dict]]) -> dict[str, Any]:

@@ -273,6 +273,34 @@ def test_replies_are_not_mutated(name):
         assert dict(r.content["metrics"]) == {"num-examples": 10.0 * (i + 1), "reward": 1.0}
 
 
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedtrimmedavg", "krum"])
+def test_the_aggregate_does_not_depend_on_the_order_replies_arrive_in(name):
+    """Flower hands replies over as they arrive; the aggregate is the same bits in any order.
+    Five members with weights whose float32 sums round differently in another order (the old
+    code, which summed in arrival order, gave other bits for the reversed order)."""
+    msgs = send(strategy(name, min_train_nodes=3, min_available_nodes=3))
+    ns = [1.0, 3.0, 7.0, 11.0, 13.0]
+
+    def replies(order: list[int]) -> list[Message]:
+        out = []
+        for i in order:
+            r = reply(msgs[i % len(msgs)], deltas(i, scale=0.37), ns[i])
+            r.content["metrics"]["partition"] = i
+            out.append(r)
+        return out
+
+    results = []
+    for order in ([0, 1, 2, 3, 4], [4, 3, 2, 1, 0], [2, 0, 4, 1, 3]):
+        s = strategy(name, min_train_nodes=3, min_available_nodes=3)
+        send(s)
+        arrays, _ = s.aggregate_train(1, replies(order))
+        assert arrays is not None
+        results.append({k: v.numpy().copy() for k, v in arrays.items()})
+    for other in results[1:]:
+        for k in GLOBAL:
+            np.testing.assert_array_equal(other[k], results[0][k])
+
+
 class InProcessGrid:
     """Flower's Grid as Strategy.start uses it (node ids, send and receive), delivering each
     message to the real ClientApp in this process with one persistent Context per node, and

@@ -81,8 +81,10 @@ TINY = dict(local_decisions=40, scarce_decisions=20, local_epochs=2, eval_seeds=
 #: The main job's settings: one FedAvg run (online mode) of the five members, two rounds, the late
 #: member (partition 4) joining at round 2. ``etas`` is no run-config value: the job's run is the
 #: run ``FederateConfig(clusters=5, rounds=2, late_round=2, strategies=("fedavg",), **TINY)`` starts.
+#: Local-only and the first replays run beside the Flower run, as in the quick job (the reuse test
+#: evaluates the same models again without that: both orders give the same figures).
 MAIN_JOB = FederateConfig(clusters=5, rounds=2, late_round=2, strategies=("fedavg",), etas=(0.0, 0.2, 1.0),
-                          **TINY)
+                          beside_flower=True, **TINY)
 
 
 @dataclasses.dataclass
@@ -114,8 +116,8 @@ def test_a_finished_training_is_evaluated_again_without_training(main_job: MainJ
     logs = {p.name: p.read_text() for p in out.glob("flwr-*.log")}
     local_before = {p: p.stat().st_mtime_ns for p in (out / "local-only").rglob("*.npz")}
     said: list[str] = []
-    report = federate(out, dataclasses.replace(MAIN_JOB, eval_seeds=3), REPO, progress=said.append,
-                      reuse=True)
+    report = federate(out, dataclasses.replace(MAIN_JOB, eval_seeds=3, beside_flower=False), REPO,
+                      progress=said.append, reuse=True)
     assert report["config"]["reused_training"] and any("reusing the finished training" in m for m in said)
     assert {p.name: p.read_text() for p in out.glob("flwr-*.log")} == logs  # no flwr run
     assert {p: p.stat().st_mtime_ns for p in (out / "local-only").rglob("*.npz")} == local_before
