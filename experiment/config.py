@@ -50,9 +50,10 @@ class FederateConfig:
     strategies: tuple[str, ...] = ("fedavg", "fedprox")
     workers: int = field(default_factory=lambda: max(1, min(2, os.cpu_count() or 1)))  # local processes
     # Run local-only and the replays that need no federated model in the worker pool beside the
-    # Flower runs instead of after them. Pays where Flower's runtime start-up is much of a run
-    # (the quick job: 140 s -> 129 s on a 2-core machine); on full-size members the runs keep
-    # both cores busy and the extra processes cost more than they fill (1,305 s -> 1,430 s).
+    # Flower runs instead of after them. Meant for runs whose Flower phase is mostly its runtime's
+    # start-up (the quick job: 129 s and 133 s against 136 s on a 2-core machine, single runs, a
+    # gain inside the run-to-run noise); on full-size members the runs keep both cores busy and
+    # the extra processes cost more than they fill (1,430 s against 1,305 s, one run each).
     beside_flower: bool = False
 
     @classmethod
