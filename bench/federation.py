@@ -14,6 +14,10 @@ seeded random start and the same member seeds, so two runs differ only by their 
   ``flip-fedtrimmedavg`` and ``flip-krum``: the sign flip under the Byzantine-robust strategies;
   ``flip-cosine``: the sign flip under FedAvg with the hub's direction check (``cosine-floor``
   :data:`COSINE_FLOOR`: an update pointing away from the median of the others is rejected);
+  ``poison-inflate`` / ``inflate-bounded``: the same member sends its own update but claims
+  10^6 times the pods it scheduled (FedAvg's weight), without the hub's weight bound
+  (``weight-bound`` inf) and with the run config's (a weight counts at most 10 x the median of
+  the others');
 - ``failures``: every member fails each round with probability 0.3;
 - ``hub-kill``: the hub (SuperLink and simulation) is killed after its first checkpoint and the
   run is started again on the same directory (it resumes from the checkpoint);
@@ -417,9 +421,12 @@ def main() -> int:
                      for k in ("nan", "huge")]
             # The flip undefended (no direction check), then under each defence.
             flip = {"poison-members": POISONED, "poison-kind": "flip", "cosine-floor": -1.0}
+            inflate = {"poison-members": POISONED, "poison-kind": "inflate"}
             plan += [("poison-flip", "fedavg", flip),
                      ("flip-fedtrimmedavg", "fedtrimmedavg", flip), ("flip-krum", "krum", flip),
                      ("flip-cosine", "fedavg", {**flip, "cosine-floor": COSINE_FLOOR}),
+                     ("poison-inflate", "fedavg", {**inflate, "weight-bound": math.inf}),
+                     ("inflate-bounded", "fedavg", inflate),
                      ("failures", "fedavg", {"fail-rate": 0.3})]
         if "bytes" not in skip:
             plan += [("fp32-down", "fedavg", {"download-codec": "fp32"}),
@@ -516,6 +523,8 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
             # partition -> its update's cosine to the median of the others' updates
             row["cosines_per_round"] = [e.get("cosines", {}) for e in h]
             row["rejections"] = [{"round": e["round"], **r} for e in h for r in e["rejected"]]
+            row["clipped_weights"] = [{"round": e["round"], "partition": pid, **c}
+                                      for e in h for pid, c in e.get("clipped", {}).items()]
             row["skipped_per_round"] = [len(e["skipped"]) for e in h]
             row["members_reporting_per_round"] = [len(e["members"]) for e in h]
             row.update({k: v for k, v in runs[name].items() if k != "extra"})
@@ -619,6 +628,10 @@ def format_table(result: dict[str, Any]) -> str:
             reasons = sorted({x["reason"].split(":")[0] if "NaN" in x["reason"] else x["reason"][:40]
                               for x in r["rejections"]})
             lines.append(f"  {name}: rejected {len(r['rejections'])} updates ({'; '.join(reasons)})")
+        if r.get("clipped_weights"):
+            lines.append(f"  {name}: clipped the weight of {len(r['clipped_weights'])} updates (" + "; ".join(
+                f"round {c['round']} partition {c['partition']}: claimed {c['claimed']:,.0f}, counted "
+                f"{c['counted']:,.0f}" for c in r["clipped_weights"]) + ")")
     if "hub-kill" in rep:
         k = rep["hub-kill"]
         lines.append(f"\nhub kill: {k['first_run'][:60]}; rounds before restart "

@@ -12,7 +12,8 @@
   aggregated arrays (and once before the first round with the initial ones); for each new
   round it evaluates the model, appends the round's entry to ``rounds.json`` (central
   metrics, the members' metrics by partition, rejected and skipped updates, each update's
-  cosine to the others' median (by partition), the aggregated
+  cosine to the others' median and the weights the hub clipped (by partition: :func:`member_keys`),
+  the aggregated
   train metrics with bytes up/down, wall time) and then checkpoints the model
   (``global.npz`` with its round number, written atomically). On a resumed hub it keeps the
   entries of the rounds the checkpoint holds and drops any later one (a hub killed between the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import multiprocessing
 import os
 import time
@@ -51,7 +53,7 @@ from fedsched.common.model.traces import (
     split_by_hash,
 )
 from fedsched.common.sim.packing import run_packing
-from fedsched.coordinator.strategies import QuantizedUpdates
+from fedsched.coordinator.strategies import QuantizedUpdates, RoundReport
 
 Weights = dict[str, np.ndarray]
 ROUND_KEY = "__round__"  # the checkpoint's round number, beside the weights in global.npz
@@ -194,6 +196,22 @@ def load_checkpoint(out: Path) -> tuple[int, Weights | None]:
     return int(saved.pop(ROUND_KEY)), saved
 
 
+def member_keys(report: RoundReport) -> dict[int, str]:
+    """The key of each node of the round in ``rounds.json``: the partition it reports, or its node
+    id where the partition is missing, not a whole number (the member's own report: a NaN there
+    must not stop the hub) or already another node's (one member cannot hide another's row)."""
+    nodes = set(report.members) | set(report.cosines) | set(report.clipped)
+    keys: dict[int, str] = {}
+    for node in sorted(nodes):
+        part = report.members.get(node, {}).get("partition")
+        key = str(node)
+        whole = part is not None and math.isfinite(part) and part == int(part)
+        if whole and str(int(part)) not in keys.values():
+            key = str(int(part))
+        keys[node] = key
+    return keys
+
+
 class HubRecorder:
     """Flower's ``evaluate_fn`` for the hub: central evaluation, ``rounds.json``, the checkpoint."""
 
@@ -217,9 +235,11 @@ class HubRecorder:
         if report is not None:
             entry["rejected"] = [asdict(r) for r in report.rejected]
             entry["skipped"] = list(report.skipped)
-            entry["cosines"] = {str(int(report.members.get(node, {}).get("partition", node))): c
-                                for node, c in report.cosines.items()}
-            entry["members"] = {str(int(m.get("partition", node))): m for node, m in report.members.items()}
+            key = member_keys(report)
+            entry["cosines"] = {key[node]: c for node, c in report.cosines.items()}
+            entry["members"] = {key[node]: m for node, m in report.members.items()}
+            entry["clipped"] = {key[node]: {"claimed": claimed, "counted": counted}
+                                for node, (claimed, counted) in report.clipped.items()}
             if report.train_metrics is not None:
                 entry["train"] = report.train_metrics
         entry["wall_s"] = round(time.time() - self.t0, 1)

@@ -7,7 +7,7 @@ passes none):
 ``num-server-rounds``, ``strategy`` (fedavg | fedprox | fedtrimmedavg | krum), ``proximal-mu``
 (FedProx), ``byzantine-fraction`` (the share of members the robust strategies allow for:
 FedTrimmedAvg trims it off each tail, Krum tolerates that share of ``min-nodes``),
-``fraction-train``, ``min-nodes``, ``norm-bound`` and ``cosine-floor`` (update validation),
+``fraction-train``, ``min-nodes``, ``norm-bound``, ``cosine-floor`` and ``weight-bound`` (update validation),
 ``mode`` (online: central trouble score on held-out replay clusters, in ``central-workers``
 processes; packing: GPU allocation on the ``eval-nodes`` held-out openb slice),
 ``download-codec`` (``int8-delta``: each member gets the global as an INT8 delta from what it
@@ -118,6 +118,7 @@ def main(grid: Grid, context: Context) -> None:
     own = strategy_arguments(name, context.run_config)
     strategy = make_strategy(name, norm_bound=float(context.run_config["norm-bound"]), round_offset=done,
                              cosine_floor=float(context.run_config["cosine-floor"]),
+                             weight_bound=float(context.run_config["weight-bound"]),
                              download_codec=str(context.run_config["download-codec"]),
                              fraction_train=float(context.run_config["fraction-train"]),
                              fraction_evaluate=0.0, min_train_nodes=min_nodes, min_available_nodes=min_nodes,

@@ -14,6 +14,12 @@ aggregation:
    round's other updates must be at least ``cosine_floor`` (a sign-flipped update points away
    from the others; ``-1`` turns the check off; every cosine is kept in the round's report); a
    rejected update is logged with its node and reason and does not stop the round;
+   the aggregation weight (``num-examples``, the member's own report of the pods it scheduled)
+   must be a finite number >= 0 (a NaN or infinite weight would make the weighted mean NaN,
+   and one member's made-up billions would make the global its own model) and counts at most
+   ``weight_bound`` x the median weight of the round's other updates (clipped, logged and kept
+   in the round's report: a large cluster may honestly schedule more, so its update still
+   counts, as at most that many median members);
 3. drops replies that report zero examples (a member that skipped its upload this round:
    sparse communication);
 4. builds, for each remaining reply, a *new* message holding the full weights
@@ -98,6 +104,7 @@ class RoundReport:
     rejected: list[Rejection] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)  # nodes that reported zero examples
     cosines: dict[int, float] = field(default_factory=dict)  # node -> cosine to the others' median update
+    clipped: dict[int, tuple[float, float]] = field(default_factory=dict)  # node -> (weight claimed, counted)
     members: dict[int, dict[str, float]] = field(default_factory=dict)  # node -> its reply's metrics
     train_metrics: dict[str, float] | None = None  # the parent's aggregate (None: nothing aggregated)
 
@@ -109,6 +116,7 @@ class StrategyArgs(TypedDict, total=False):
 
     norm_bound: Required[float]  # a multiple of the round's median norm; inf turns the check off
     cosine_floor: float  # least cosine to the others' median update; -1 (this class's default) turns it off
+    weight_bound: float  # most a weight counts, x the others' median; inf (this class's default): no bound
     fraction_train: Required[float]
     min_train_nodes: Required[int]
     min_available_nodes: Required[int]
@@ -135,12 +143,14 @@ def _check_count(name: str, value: int, minimum: int = 0) -> None:
 
 def _reply_order(msg: Message) -> tuple[float, int]:
     """A reply's place in the fixed order: the member's partition (its own report; the node ids
-    of a simulation are drawn anew in every run), then its node id."""
+    of a simulation are drawn anew in every run), then its node id. A partition that is not a
+    finite number counts as -1 (NaN compares false with everything: the order would be the
+    arrival order again)."""
     part = -1.0
     if not msg.has_error():
         with contextlib.suppress(StopIteration, KeyError, TypeError, ValueError):
             part = float(next(iter(msg.content.metric_records.values()))["partition"])  # type: ignore[arg-type]
-    return (part, int(msg.metadata.src_node_id))
+    return (part if math.isfinite(part) else -1.0, int(msg.metadata.src_node_id))
 
 
 class QuantizedUpdates(FedAvg):
@@ -149,7 +159,7 @@ class QuantizedUpdates(FedAvg):
 
     def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
                  min_available_nodes: int, round_offset: int = 0, download_codec: str = "fp32",
-                 cosine_floor: float = -1.0,
+                 cosine_floor: float = -1.0, weight_bound: float = math.inf,
                  fraction_evaluate: float = 1.0,
                  min_evaluate_nodes: int = 2, weighted_by_key: str = "num-examples",
                  arrayrecord_key: str = "arrays", configrecord_key: str = "config",
@@ -161,6 +171,9 @@ class QuantizedUpdates(FedAvg):
             raise ValueError(f"norm_bound must be > 0 (a multiple of the round's median norm), "
                              f"got {norm_bound}")
         _check_count("round_offset", round_offset)
+        if not weight_bound > 0:  # also rejects NaN; inf turns the bound off
+            raise ValueError(f"weight_bound must be > 0 (a multiple of the round's median weight), "
+                             f"got {weight_bound}")
         if not -1.0 <= cosine_floor <= 1.0:  # also rejects NaN
             raise ValueError(f"cosine_floor must be in [-1, 1] (-1: no direction check), got {cosine_floor}")
         if download_codec not in DOWNLOAD_CODECS:
@@ -179,6 +192,7 @@ class QuantizedUpdates(FedAvg):
         _check_count("min_available_nodes", self.min_available_nodes)
         self.norm_bound = float(norm_bound)
         self.cosine_floor = float(cosine_floor)
+        self.weight_bound = float(weight_bound)
         self.round_offset = round_offset
         self.reports: dict[int, RoundReport] = {}
         self._global: dict[str, np.ndarray] = {}
@@ -194,6 +208,8 @@ class QuantizedUpdates(FedAvg):
         log(INFO, "\t│\t├── Norm bound: %s x the median norm of the round's other updates", self.norm_bound)
         log(INFO, "\t│\t├── Cosine floor: %s to the median of the round's other updates (-1: off)",
             self.cosine_floor)
+        log(INFO, "\t│\t├── Weight bound: %s x the median %s of the round's other updates (inf: off)",
+            self.weight_bound, self.weighted_by_key)
         log(INFO, "\t│\t├── Download codec: %s", self.download_codec)
         log(INFO, "\t│\t└── Round offset: %d (rounds already done; numbering continues from %d)",
             self.round_offset, self.round_offset + 1)
@@ -324,7 +340,11 @@ class QuantizedUpdates(FedAvg):
             except (StopIteration, KeyError, ValueError, TypeError) as e:
                 self._reject(report, node, f"malformed reply: {e}")
                 continue
-            if n <= 0:
+            if not math.isfinite(n) or n < 0:
+                self._reject(report, node, f"malformed reply: {self.weighted_by_key} must be a finite "
+                             f"number >= 0, got {n!r}")
+                continue
+            if n == 0:
                 report.skipped.append(node)
                 continue
             reason = self.validate(delta)
@@ -334,6 +354,7 @@ class QuantizedUpdates(FedAvg):
             decoded.append((msg, delta, metrics))
         norms = np.array([math.sqrt(sum(float((d * d).sum()) for d in delta.values()))
                           for _, delta, _ in decoded])
+        weights = np.array([float(metrics[self.weighted_by_key]) for _, _, metrics in decoded])
         cosines = self._cosines([delta for _, delta, _ in decoded])
         report.cosines = {int(msg.metadata.src_node_id): c
                           for (msg, _, _), c in zip(decoded, cosines, strict=True) if c is not None}
@@ -352,9 +373,11 @@ class QuantizedUpdates(FedAvg):
                              f"update direction: cosine {cosines[i]:.3g} to the median of the round's other "
                              f"updates, below {self.cosine_floor:g}")
                 continue
+            clipped = self._clipped_weight(report, int(msg.metadata.src_node_id), weights, i)
             full = ArrayRecord({k: Array((self._global[k] + delta[k]).astype(np.float32))
                                 for k in self._global})
-            content = RecordDict({self.arrayrecord_key: full, "metrics": MetricRecord(dict(metrics))})
+            counted = dict(metrics) if clipped is None else {**dict(metrics), self.weighted_by_key: clipped}
+            content = RecordDict({self.arrayrecord_key: full, "metrics": MetricRecord(counted)})
             # A new message with a copy of the member's metadata (its node id for the parent's
             # logs); the parent may consume it (FedTrimmedAvg pops its arrays).
             kept.append(Message(content=content, metadata=copy.copy(msg.metadata)))
@@ -367,6 +390,23 @@ class QuantizedUpdates(FedAvg):
         if metrics_out is not None:
             report.train_metrics = {k: float(v) for k, v in metrics_out.items()}  # type: ignore[arg-type]
         return arrays_out, metrics_out
+
+    def _clipped_weight(self, report: RoundReport, node: int, weights: np.ndarray, i: int) -> float | None:
+        """The weight update ``i`` counts with when its claim is above ``weight_bound`` x the median
+        of the round's other valid updates' claims (leave-one-out, like the norm check: a made-up
+        weight cannot raise its own bar), logged and reported; None when the claim counts as it is."""
+        claimed = float(weights[i])
+        others = np.delete(weights, i)
+        if not len(others) or math.isinf(self.weight_bound):
+            return None
+        bound = self.weight_bound * float(np.median(others))
+        if claimed <= bound:
+            return None
+        log(WARNING, "round %s: the update of node %s counts with %s %.6g, not the %.6g it claims "
+            "(%g x the median of the round's other updates)", report.server_round, node,
+            self.weighted_by_key, bound, claimed, self.weight_bound)
+        report.clipped[node] = (claimed, bound)
+        return bound
 
     @staticmethod
     def _cosines(deltas: list[dict[str, np.ndarray]]) -> list[float | None]:

@@ -27,7 +27,8 @@ the wire codec and the experiment knobs, around the member's plain ``train``.
   ``bytes-down`` (what arrived) beside ``bytes-down-fp32`` and ``download-applied``. Without
   ``download-kind`` (``download-codec = "fp32"``) the float32 global passes through.
 - :func:`poison_mod` (``poison-members``, ``poison-kind``): the listed partitions send NaN,
-  10^4-times scaled or sign-flipped updates instead of their own.
+  10^4-times scaled or sign-flipped updates instead of their own, or (``inflate``) their own
+  update claiming 10^6 times the pods they scheduled (the aggregation weight).
 
 Each mod reads its knob from the member's typed run config
 (:class:`fedsched.agent.federation.round.MemberRunConfig`). Each knob is a pass-through unless
@@ -67,7 +68,8 @@ from fedsched.common.federation.codec import (
 )
 from fedsched.common.federation.run_config import with_run_config_defaults
 
-POISON_KINDS = ("nan", "huge", "flip")
+POISON_KINDS = ("nan", "huge", "flip", "inflate")
+INFLATE = 1e6  # how many times its pods an inflating member claims
 CODECS = ("int8", "fp32")
 RESIDUAL_KEY = "codec.int8-residual"  # the error-feedback residual in context.state
 DOWNLOAD_KINDS = ("full", "delta")  # config "download-kind" of an INT8 download (absent: float32)
@@ -104,13 +106,15 @@ def _reply(msg: Message, arrays: dict[str, np.ndarray], metrics: MetricRecord) -
 
 
 def poisoned(delta: dict[str, np.ndarray], kind: str) -> dict[str, np.ndarray]:
-    """The update a poisoned member sends instead of ``delta``."""
+    """The update a poisoned member sends instead of ``delta`` (``inflate`` sends its own)."""
     if kind == "nan":
         return {k: np.full_like(v, np.nan) for k, v in delta.items()}
     if kind == "huge":
         return {k: v * np.float32(1e4) for k, v in delta.items()}
     if kind == "flip":
         return {k: -v for k, v in delta.items()}
+    if kind == "inflate":
+        return delta
     raise ValueError(f"unknown poison-kind {kind!r}: expected {', '.join(POISON_KINDS)}")
 
 
@@ -128,6 +132,9 @@ def poison_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> 
         return reply
     delta, metrics = _update(reply)
     bad = {k + RAW_SUFFIX: v for k, v in poisoned(delta, kind).items()}
+    if kind == "inflate":  # its own update (encoded by the codec as any other); only the weight lies
+        n = float(metrics["num-examples"])  # type: ignore[arg-type]
+        return _reply(msg, bad, MetricRecord({**dict(metrics), "num-examples": n * INFLATE}))
     return _reply(msg, bad, MetricRecord(dict(metrics)))
 
 

@@ -109,7 +109,8 @@ class MemberRunConfig:
     poison_members: str
     """experiment knob: comma-separated partition ids that send a poisoned update ..."""
     poison_kind: str
-    """... of this kind: ``nan``, ``huge`` (10^4 times scaled) or ``flip`` (sign-flipped)"""
+    """... of this kind: ``nan``, ``huge`` (10^4 times scaled), ``flip`` (sign-flipped) or ``inflate``
+    (its own update, claiming 10^6 times the pods it scheduled)"""
     fail_rate: float
     """experiment knob: the probability a member fails a round before doing any work"""
 

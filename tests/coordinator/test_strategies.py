@@ -12,6 +12,8 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg, FedProx, FedTrimmedAvg, Krum
 from flwr.supercore.task_identity import TaskIdentity
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedsched.common.federation.codec import ErrorFeedback, encode_int8
 from fedsched.common.federation.weights import weights_of
@@ -117,6 +119,70 @@ class FiveNodes:
         return [11, 12, 13, 14, 15]
 
 
+def _round_with_claims(name: str, claims: list[float], **kwargs):
+    """One round of five members: the first four send the same honest update ``d``, the fifth
+    ``2 d`` (the same direction, twice the norm: every check passes it), each with its claimed
+    weight. Returns (the report, the nodes in member order, the fifth's share of the aggregate:
+    the global moved by ``(1 + share) d``)."""
+    s = strategy(name, min_train_nodes=5, min_available_nodes=5, **kwargs)
+    arrays = ArrayRecord({k: Array(v) for k, v in GLOBAL.items()})
+    msgs = list(s.configure_train(1, arrays, ConfigRecord({"lr": 0.1}), FiveNodes()))
+    d = {k: np.full_like(v, 0.5) for k, v in GLOBAL.items()}  # INT8 encodes it exactly
+    ds = [d] * 4 + [{k: 2 * v for k, v in d.items()}]
+    out, _ = s.aggregate_train(1, [reply(m, u, n) for m, u, n in zip(msgs, ds, claims, strict=True)])
+    moved = out["w"].numpy() - GLOBAL["w"] if out is not None else None
+    share = float(moved.mean() / 0.5 - 1.0) if moved is not None else None
+    return s.reports[1], [int(m.metadata.dst_node_id) for m in msgs], share, moved
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedtrimmedavg", "krum"])
+@pytest.mark.parametrize("claim", [math.nan, math.inf, -math.inf, -3.0])
+def test_a_weight_that_is_not_a_finite_count_is_rejected(name, claim):
+    """Before the check, one member's NaN (or infinite) num-examples made the FedAvg, FedProx and
+    Krum aggregates NaN: the global model, and every member's personalised one, for good."""
+    report, node, _, moved = _round_with_claims(name, [10, 10, 10, 10, claim], weight_bound=10.0)
+    assert [r.node for r in report.rejected] == [node[4]]
+    assert "num-examples must be a finite number >= 0" in report.rejected[0].reason
+    assert sorted(report.kept) == sorted(node[:4])
+    np.testing.assert_allclose(moved, 0.5, atol=1e-6)  # the four honest members' model
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox"])
+@pytest.mark.parametrize(("claims", "bound", "want_share", "clipped"), [
+    # honest, different sizes: nobody is near 10x the others' median; the plain weighted mean
+    ([1000, 1000, 100, 100, 1000], 10.0, 1000 / 3200, False),
+    ([100, 100, 100, 100, 1000], 10.0, 1000 / 1400, False),  # exactly at the bound counts as it is
+    # a made-up billion counts as 10 median members; without the bound it is the whole model
+    ([10, 10, 10, 10, 1e9], 10.0, 100 / 140, True),
+    ([10, 10, 10, 10, 1e9], math.inf, 1e9 / (1e9 + 40), False),
+    ([10, 10, 10, 10, 1e9], 1.0, 10 / 50, True),  # bound 1: at most one median member
+])
+def test_a_claimed_weight_counts_at_most_bound_times_the_others_median(name, claims, bound, want_share,
+                                                                        clipped):
+    report, node, share, _ = _round_with_claims(name, claims, weight_bound=bound)
+    assert report.rejected == [] and len(report.kept) == 5
+    assert share == pytest.approx(want_share, abs=1e-5)
+    if clipped:
+        median = float(np.median(claims[:4]))
+        assert report.clipped == {node[4]: (claims[4], bound * median)}
+    else:
+        assert report.clipped == {}
+
+
+@settings(max_examples=60, deadline=None)
+@given(honest=st.lists(st.floats(1, 5000), min_size=4, max_size=4),
+       claim=st.floats(0, 1e300, exclude_min=True), bound=st.sampled_from([1.0, 3.0, 10.0]))
+def test_one_member_moves_the_aggregate_at_most_as_bound_median_members_would(honest, claim, bound):
+    """Whatever one member claims, it counts as at most ``bound`` x the others' median weight
+    (every member's claim is bounded alike, the honest ones' too), and its share of the FedAvg
+    aggregate is its counted weight over all counted weights."""
+    claims = [*honest, claim]
+    _, _, share, _ = _round_with_claims("fedavg", claims, weight_bound=bound)
+    counted = [min(w, bound * float(np.median(claims[:i] + claims[i + 1:]))) for i, w in enumerate(claims)]
+    assert counted[4] <= bound * float(np.median(honest))
+    assert share == pytest.approx(counted[4] / sum(counted), abs=1e-4)
+
+
 def _round_of_five(floor: float | None, flipped: bool = True):
     """Four members whose updates share a direction (plus their own noise) and a fifth that sends
     its own update sign-flipped."""
@@ -218,6 +284,8 @@ def test_each_name_is_an_explicit_subclass_of_flowers_strategy():
     ("fedavg", {"round_offset": -1}, "round_offset"),
     ("fedavg", {"cosine_floor": 1.5}, "cosine_floor"),
     ("fedavg", {"cosine_floor": math.nan}, "cosine_floor"),
+    ("fedavg", {"weight_bound": 0.0}, "weight_bound"),
+    ("fedavg", {"weight_bound": math.nan}, "weight_bound"),
     ("fedavg", {"round_offset": 1.5}, "round_offset"),
     ("fedavg", {"fraction_train": 1.5}, "fraction_train"),
     ("fedavg", {"fraction_evaluate": -0.1}, "fraction_evaluate"),
@@ -237,8 +305,10 @@ def test_arguments_are_checked_with_clear_errors(name, kwargs, message):
 def test_summary_logs_the_validation_settings_and_the_parents(caplog):
     caplog.set_level(logging.INFO, logger="flwr")
     cases = [
-        (QuantizedFedAvg(**{**SETTINGS, "norm_bound": 3.0}, round_offset=4, cosine_floor=0.0),
-         ["Norm bound: 3.0", "Round offset: 4", "Fraction: train", "Cosine floor: 0.0"]),
+        (QuantizedFedAvg(**{**SETTINGS, "norm_bound": 3.0}, round_offset=4, cosine_floor=0.0,
+                         weight_bound=10.0),
+         ["Norm bound: 3.0", "Round offset: 4", "Fraction: train", "Cosine floor: 0.0",
+          "Weight bound: 10.0 x the median num-examples"]),
         (QuantizedFedProx(**SETTINGS, proximal_mu=0.05),
          ["Norm bound: 5.0", "Proximal mu: 0.05", "Minimum nodes"]),
         (QuantizedFedTrimmedAvg(**SETTINGS, beta=0.3),

@@ -161,6 +161,18 @@ def test_poison_mod_corrupts_only_the_listed_members(tmp_path):
         app(message(GLOBAL), sim_context(tmp_path / "bad", **{"poison-members": "1", "poison-kind": "zero"}))
 
 
+def test_an_inflating_member_sends_its_own_int8_update_and_claims_a_million_times_its_pods(tmp_path):
+    honest = app(message(GLOBAL), sim_context(tmp_path / "honest"))
+    liar = app(message(GLOBAL), sim_context(tmp_path / "liar",
+                                            **{"poison-members": "1", "poison-kind": "inflate"}))
+    assert set(liar.content["arrays"]) == set(honest.content["arrays"])  # INT8, like any other upload
+    for k, v in update(honest).items():
+        np.testing.assert_array_equal(update(liar)[k], v)
+    assert metrics(liar)["num-examples"] == 1e6 * metrics(honest)["num-examples"]
+    assert {k: v for k, v in metrics(liar).items() if k != "num-examples"} == \
+        {k: v for k, v in metrics(honest).items() if k != "num-examples"}
+
+
 def test_failure_mod_fails_rounds_at_fail_rate_and_is_off_at_zero(tmp_path):
     with pytest.raises(RuntimeError, match="injected failure in round 3"):
         app(message(GLOBAL, server_round=3), sim_context(tmp_path / "always", **{"fail-rate": 1.0}))
