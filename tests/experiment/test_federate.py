@@ -142,6 +142,7 @@ def test_two_rounds_then_resume_to_three(main_job: MainJob):
     assert [h["round"] for h in history] == [1, 2]
     for h in history:
         assert {"trouble_score", "trouble_score_web"} <= set(h["central"]) and h["rejected"] == []
+        assert h["clipped"] == {}  # honest members' weights count as they are (the run config's weight-bound)
         assert h["train"]["bytes-up"] <= 0.26 * h["train"]["bytes-up-fp32"]  # INT8 uploads
         assert sorted(h["members"]) == ["0", "1", "2", "3", "4"]  # per-cluster metrics of the round
         for pid, m in h["members"].items():
