@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,17 +21,62 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["HOST", "Procs", "free_port", "tail", "wait_for"]
+__all__ = ["HOST", "Procs", "ephemeral_range", "free_port", "tail", "wait_for"]
 
 HOST = "127.0.0.1"
 T = TypeVar("T")
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now (on loopback)."""
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+FREE_PORT_FLOOR = 10000  # below: ports well-known services may listen on
+_handed_out: set[int] = set()
+
+
+def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The ports the kernel gives outgoing connections (Linux's default where it cannot be read)."""
+    try:
+        lo, hi = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return lo, hi
+
+
+def _binds(port: int) -> bool:
     with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _candidates() -> list[int]:
+    """Ports a test's server may take: from FREE_PORT_FLOOR up, outside the ephemeral range."""
+    lo, hi = ephemeral_range()
+    return [p for p in range(FREE_PORT_FLOOR, 65536) if (p < lo or p > hi) and p not in _handed_out]
+
+
+def free_port(rng: random.Random | None = None) -> int:
+    """A TCP port nothing listens on now (on loopback), never one handed out before in this process.
+
+    It is drawn outside the kernel's ephemeral range: a port from that range (what binding to port 0
+    gives) may be taken as the local port of any outgoing connection between this call and the bind
+    of the server it is for, which failed a CI run with "Address already in use"."""
+    rng = rng or random.SystemRandom()
+    pool = _candidates()
+    tries = rng.sample(pool, min(len(pool), 200))
+    for port in tries:
+        if _binds(port):
+            _handed_out.add(port)
+            return port
+    for _ in range(100):  # nothing free outside the range: the kernel's choice
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise OSError("no free TCP port on loopback")
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, interval: float = 0.25,
