@@ -25,7 +25,9 @@ aggregation:
 4. builds, for each remaining reply, a *new* message holding the full weights
    ``W_global + delta`` (the member's message is left as it came), so the parent aggregates
    real weights, weighted by ``num-examples`` (pods scheduled). With no usable reply the global
-   model is kept.
+   model is kept. The new messages carry only the metrics every kept reply has with a finite
+   value (Flower ends the whole run when replies' metric keys differ: one member with a key
+   more or less, an older agent or a hostile one, ended the federation).
 
 What each round's aggregation did (kept, rejected and skipped nodes, each member's metrics, the
 aggregated metrics) is in :attr:`QuantizedUpdates.reports`, by round, for the ServerApp's
@@ -139,6 +141,22 @@ def _check_fraction(name: str, value: float) -> None:
 def _check_count(name: str, value: int, minimum: int = 0) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _shared_metric_keys(metrics: list[dict[str, float]], rnd: int) -> list[str]:
+    """The metric keys the parent averages: those every kept reply has, with a finite value in
+    each. Flower ends the whole run (InconsistentMessageReplies) when the replies' keys differ, so
+    one member adding or missing a key (an older agent in a rolling upgrade, or a hostile one) ended
+    the federation; a NaN or inf made the round's average one. The weight key always passes
+    (validated and bounded before)."""
+    if not metrics:
+        return []
+    keys = set(metrics[0]).intersection(*metrics[1:])
+    shared = sorted(k for k in keys if all(math.isfinite(m[k]) for m in metrics))
+    dropped = sorted(set().union(*metrics) - set(shared))
+    if dropped:
+        log(WARNING, "round %s: metrics %s not averaged (missing from a reply or not finite)", rnd, dropped)
+    return shared
 
 
 def _reply_order(msg: Message) -> tuple[float, int]:
@@ -286,9 +304,10 @@ class QuantizedUpdates(FedAvg):
                 continue
             try:
                 metrics = next(iter(msg.content.metric_records.values()))
-                if int(metrics.get("download-applied", 0)) == 1:  # type: ignore[arg-type]
+                # Compared as a float: int() of the member's inf raised OverflowError out of the round.
+                if float(metrics.get("download-applied", 0)) == 1.0:  # type: ignore[arg-type]
                     applied.add(int(msg.metadata.src_node_id))
-            except (StopIteration, TypeError, ValueError):
+            except (StopIteration, TypeError, ValueError, OverflowError):
                 continue
         for node, digest in self._sent.items():
             if node in applied:
@@ -358,8 +377,8 @@ class QuantizedUpdates(FedAvg):
         cosines = self._cosines([delta for _, delta, _ in decoded])
         report.cosines = {int(msg.metadata.src_node_id): c
                           for (msg, _, _), c in zip(decoded, cosines, strict=True) if c is not None}
-        kept: list[Message] = []
-        for i, (msg, delta, metrics) in enumerate(decoded):
+        passed: list[tuple[Message, ArrayRecord, dict[str, float]]] = []
+        for i, (msg, delta, _) in enumerate(decoded):
             # Leave-one-out median: one huge update cannot raise its own bar (with two
             # members the plain median would be halfway to it).
             others = np.delete(norms, i)
@@ -376,12 +395,17 @@ class QuantizedUpdates(FedAvg):
             clipped = self._clipped_weight(report, int(msg.metadata.src_node_id), weights, i)
             full = ArrayRecord({k: Array((self._global[k] + delta[k]).astype(np.float32))
                                 for k in self._global})
-            counted = dict(metrics) if clipped is None else {**dict(metrics), self.weighted_by_key: clipped}
-            content = RecordDict({self.arrayrecord_key: full, "metrics": MetricRecord(counted)})
-            # A new message with a copy of the member's metadata (its node id for the parent's
-            # logs); the parent may consume it (FedTrimmedAvg pops its arrays).
-            kept.append(Message(content=content, metadata=copy.copy(msg.metadata)))
+            counted = report.members[int(msg.metadata.src_node_id)]
+            if clipped is not None:
+                counted = {**counted, self.weighted_by_key: clipped}
+            passed.append((msg, full, counted))
             report.kept.append(int(msg.metadata.src_node_id))
+        shared = _shared_metric_keys([m for _, _, m in passed], rnd)
+        # A new message with a copy of the member's metadata (its node id for the parent's logs);
+        # the parent may consume it (FedTrimmedAvg pops its arrays).
+        kept = [Message(content=RecordDict({self.arrayrecord_key: full, "metrics": MetricRecord(
+                    {k: counted[k] for k in shared})}), metadata=copy.copy(msg.metadata))
+                for msg, full, counted in passed]
         log(INFO, "round %s: %s updates kept, %s rejected, %s without upload", rnd, len(kept),
             len(report.rejected), len(report.skipped))
         if not kept:

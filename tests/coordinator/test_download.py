@@ -232,3 +232,21 @@ def test_the_download_mods_state_directory_is_the_members():
     cfg = MemberRunConfig.defaults()
     for pid in range(5):
         assert member_state({"partition-id": pid}, cfg).dir == load_member({"partition-id": pid}, cfg)[1].dir
+
+
+@pytest.mark.parametrize("applied", [float("inf"), float("-inf"), float("nan"), 1e300, 0.5])
+def test_a_hostile_acknowledgement_is_no_acknowledgement(applied: float) -> None:
+    """``download-applied`` is the member's own report: inf (once an OverflowError out of the hub's
+    round), NaN, a huge or a fractional value acknowledge nothing; the hub sends a full copy next."""
+    s = strategy(2)
+    grid = InProcessGrid(None, [11, 12], {})
+    msgs = list(s.configure_train(1, initial(), ConfigRecord(), grid))
+    replies = [Message(RecordDict({"arrays": ArrayRecord(), "metrics": MetricRecord(
+        {"num-examples": 0, "download-applied": value})}), reply_to=m)
+        for m, value in zip(msgs, (applied, 1), strict=True)]
+    s.aggregate_train(1, replies)
+    honest = int(msgs[1].metadata.dst_node_id)
+    assert set(s.held) == {honest}
+    kinds = {int(m.metadata.dst_node_id): str(m.content["config"]["download-kind"])
+             for m in s.configure_train(2, initial(), ConfigRecord(), grid)}
+    assert kinds == {nid: "delta" if nid == honest else "full" for nid in (11, 12)}

@@ -344,6 +344,40 @@ def test_replies_are_not_mutated(name):
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedtrimmedavg", "krum"])
+@pytest.mark.parametrize(
+    ("first", "averaged"),
+    [
+        ({"num-examples": 10.0, "reward": 1.0, "extra": 5.0}, {"reward"}),  # a key the others lack
+        ({"num-examples": 10.0}, set()),  # a key missing
+        ({"num-examples": 10.0, "reward": math.nan}, set()),
+        ({"num-examples": 10.0, "reward": math.inf}, set()),
+        ({"num-examples": 10.0, "reward": 3.0, "partition": -math.inf}, {"reward"}),
+    ],
+)
+def test_a_members_odd_metrics_never_end_the_run(name, first, averaged):
+    """Flower ends the run (InconsistentMessageReplies) when replies' metric keys differ, and a
+    NaN or inf makes the round's average one: one member (an older agent, or a hostile one) ended
+    the federation that way. The round goes on, the model is what the same updates give with
+    ordinary metrics, and only the keys every reply has with finite values are averaged."""
+    s, clean = strategy(name), strategy(name)
+    msgs, clean_msgs = send(s), send(clean)
+    def by_node(m: Message) -> Message:  # each node its own update: sampling shuffles the messages
+        return reply(m, deltas(int(m.metadata.dst_node_id)), 10.0)
+
+    replies = [by_node(m) for m in msgs]
+    content = RecordDict({"arrays": replies[0].content["arrays"], "metrics": MetricRecord(first)})
+    replies[0] = Message(content, reply_to=msgs[0])
+    arrays, metrics = s.aggregate_train(1, replies)
+    want, _ = clean.aggregate_train(1, [by_node(m) for m in clean_msgs])
+    assert arrays is not None and want is not None
+    for k in GLOBAL:
+        np.testing.assert_array_equal(arrays[k].numpy(), want[k].numpy())
+    assert s.reports[1].rejected == [] and len(s.reports[1].kept) == 3
+    assert set(dict(metrics or {})) == averaged
+    assert all(math.isfinite(float(v)) for v in dict(metrics or {}).values())
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedtrimmedavg", "krum"])
 def test_the_aggregate_does_not_depend_on_the_order_replies_arrive_in(name):
     """Flower hands replies over as they arrive; the aggregate is the same bits in any order.
     Five members with weights whose float32 sums round differently in another order (the old
