@@ -361,6 +361,7 @@ def test_a_members_odd_metrics_never_end_the_run(name, first, averaged):
     ordinary metrics, and only the keys every reply has with finite values are averaged."""
     s, clean = strategy(name), strategy(name)
     msgs, clean_msgs = send(s), send(clean)
+
     def by_node(m: Message) -> Message:  # each node its own update: sampling shuffles the messages
         return reply(m, deltas(int(m.metadata.dst_node_id)), 10.0)
 
