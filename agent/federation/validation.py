@@ -71,7 +71,8 @@ def validation_rows(member: Member, weights: Weights,
         ref = json.loads(ref_path.read_text())
     else:
         kube = make_policy("kube-default", SchedulerContext(rng=np.random.default_rng(0)), "replay")
-        ref = {m: replay_metrics(member, kube, member.val)[m] for m in VALIDATION_METRICS}
+        kube_metrics = replay_metrics(member, kube, member.val)  # one replay, not one per metric
+        ref = {m: kube_metrics[m] for m in VALIDATION_METRICS}
         if ref_path is not None:
             ref_path.parent.mkdir(parents=True, exist_ok=True)
             ref_path.write_text(json.dumps(ref))
