@@ -331,7 +331,7 @@ def test_stop_is_prompt_and_joins_every_thread(api: KubeAPIStub) -> None:
     r.__enter__()
     t0 = time.monotonic()
     assert r.watcher.stop(5)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 4.0  # not the 300 s watch timeout (nor stop's own 5 s)
     assert not r.watcher.running
     assert not [t for t in threading.enumerate() if t.name.startswith("kube-watch")]
     assert wait_until(lambda: api.open_watches("pods") == 0 and api.open_watches("nodes") == 0)
@@ -359,7 +359,7 @@ def test_an_unreachable_server_backs_off_without_dying_and_stops_promptly() -> N
     assert all(where == "list" for where, _ in errors)
     t0 = time.monotonic()
     assert w.stop(5)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 4.0  # not the 30 s backoff (nor stop's own 5 s)
     assert sink.calls == []
 
 
