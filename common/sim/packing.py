@@ -13,17 +13,21 @@ the next one arrives. There is no usage model: a node's real use (``cpu_used`` /
 is its requests, ClusterState's ``use_source="requests"`` definition, which the serving cache
 without telemetry shares. After every attempt a sample (arrived %, allocation %, fragmented
 GPU) is recorded; the metrics bin these samples as the artefact does.
+:meth:`PackingSimulator.idle_gpu_account` says where the GPU left idle at the end sits (what a
+better placement could still win, and what the pods' sizes leave for any scheduler).
 """
 
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from fedsched.common.model.cluster import USE_REQUESTS, ClusterState, NodeTable, Pod, PodTable
+from fedsched.common.model.cluster import MILLI_PER_GPU, USE_REQUESTS, ClusterState, NodeTable, Pod, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.load_metrics import LOAD_METRICS
 from fedsched.common.model.metrics import FragTracker, binned_curve, snapshot_metrics, utilisation
@@ -190,6 +194,59 @@ class PackingSimulator:
             arr[: self.k] = old[: self.k]
             setattr(c, name, arr)
         return c
+
+    def idle_gpu_account(self, top: int = 8) -> dict[str, Any]:
+        """Where the GPU left idle now sits, each part in % of all GPU milli:
+
+        - ``idle``: all of it (100 minus the allocated share); ``whole_idle``: GPUs with nothing
+          on them; ``shared_idle``: what is left on GPUs that sharing pods use, and
+          ``shared_idle_by_largest``: the same split by the largest sharing pod on the GPU
+          (milli -> %, the ``top`` largest parts): a GPU holding an 810-milli pod has at most
+          190 left, which only pods of at most 190 can take;
+        - ``cpu_stranded`` / ``mem_stranded``: idle GPU (whole or partial) on nodes whose free
+          CPU (memory, where CPU is not short) is below every GPU pod of the pool: no GPU pod
+          it could ever receive fits there;
+        - ``failed_by_shape``: failed arrivals by ``"<GPUs>x<milli>"`` (CPU-only: ``"0x0"``),
+          the ``top`` most frequent.
+
+        Empty without GPUs."""
+        nt, st = self.nodes, self.state
+        total = float(nt.total_gpu_milli)
+        if total <= 0:
+            return {}
+        free = np.where(st.gpu_exists, st.gpu_free, 0)
+        pct = 100.0 / total
+        k = self.k
+        rows = self.order[:k]
+        placed = self.placements[:k]
+        largest: dict[tuple[int, int], int] = {}
+        share = (self.pool.num_gpu[rows] == 1) & (self.pool.gpu_milli[rows] < MILLI_PER_GPU) & (placed >= 0)
+        for a in np.flatnonzero(share).tolist():
+            key = (int(placed[a]), int(self.gpus[a][0]))
+            largest[key] = max(largest.get(key, 0), int(self.pool.gpu_milli[rows[a]]))
+        by_largest: dict[int, float] = {}
+        for (n, g), size in largest.items():
+            by_largest[size] = by_largest.get(size, 0.0) + pct * float(free[n, g])
+        gpu_pods = self.pool.num_gpu > 0
+        node_free = free.sum(axis=1).astype(np.float64)
+        cpu_short = np.zeros(len(nt), dtype=bool)
+        mem_short = np.zeros(len(nt), dtype=bool)
+        if gpu_pods.any():
+            cpu_short = nt.cpu - st.cpu_req < int(self.pool.cpu[gpu_pods].min())
+            mem_short = ~cpu_short & (nt.mem - st.mem_req < int(self.pool.mem[gpu_pods].min()))
+        failed = rows[placed < 0]
+        ngpu, milli = self.pool.num_gpu, self.pool.gpu_milli
+        shapes = Counter(f"{int(ngpu[i])}x{int(milli[i]) if ngpu[i] else 0}" for i in failed.tolist())
+        whole = float((st.gpu_exists & (free == MILLI_PER_GPU)).sum()) * MILLI_PER_GPU
+        return {
+            "idle": pct * float(free.sum()),
+            "whole_idle": pct * whole,
+            "shared_idle": pct * (float(free.sum()) - whole),
+            "shared_idle_by_largest": dict(sorted(by_largest.items(), key=lambda kv: -kv[1])[:top]),
+            "cpu_stranded": pct * float(node_free[cpu_short].sum()),
+            "mem_stranded": pct * float(node_free[mem_short].sum()),
+            "failed_by_shape": dict(shapes.most_common(top)),
+        }
 
     def result(self) -> PackingResult:
         """Samples and metrics of the decisions made so far."""

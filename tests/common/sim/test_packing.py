@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from fedsched.common.model.cluster import ClusterState, Pod
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.metrics import METRICS, binned_curve
-from fedsched.common.schedulers import BASELINES, SchedulerContext, make_scheduler, place
-from fedsched.common.sim.packing import packing_workload, run_packing
+from fedsched.common.schedulers import BASELINES, Placement, SchedulerContext, make_scheduler, place
+from fedsched.common.sim.packing import PackingSimulator, packing_workload, run_packing
 from tests.builders import make_nodes, make_pods
 from tests.paths import REPO
 
@@ -125,3 +125,51 @@ def test_openb_default_matches_published_within_one_point(openb_gpu_nodes, openb
     res = run_packing(openb_gpu_nodes, pods, make_scheduler(ours, ctx), target_load=1.3, seed=42,
                       typical=TypicalPods.from_pods(pods))
     assert abs(res.metrics["gpu_alloc_at_target"] - _published_mean_130(theirs)) < 1.0
+
+
+def test_the_idle_gpu_account_of_a_hand_built_end_state():
+    """Where the idle GPU sits: a sliver next to an 810-milli pod, a GPU on a node left with too
+    little CPU for any GPU pod of the pool, a whole idle GPU, and the failed pod's shape."""
+    nodes = make_nodes([8000, 2000], [8192, 8192], [2, 1])  # 3 GPUs
+    pods = make_pods([1000, 1500, 1000, 1000], [512] * 4, [1, 1, 0, 2], [810, 470, 0, 1000])
+    sim = PackingSimulator(nodes, pods, target_load=1.0, seed=0).clone(future=np.array([0, 1, 3, 2]))
+    for node, gpus in [(0, (0,)), (1, (0,)), (-1, ()), (0, ())]:
+        sim.next_pod()
+        sim.bind(Placement(node, gpus))
+    got = sim.idle_gpu_account()
+    pct = 100.0 / 3000
+    assert got["idle"] == pytest.approx(pct * (190 + 1000 + 530))
+    assert got["idle"] == pytest.approx(100.0 - sim.allocated_pct)
+    assert got["whole_idle"] == pytest.approx(pct * 1000)
+    assert got["shared_idle"] == pytest.approx(pct * (190 + 530))
+    assert got["shared_idle_by_largest"] == pytest.approx({470: pct * 530, 810: pct * 190})
+    assert list(got["shared_idle_by_largest"]) == [470, 810]  # largest part first
+    # node 1 keeps 500 milli-CPU: below every GPU pod's 1,000 (the CPU-only pod's need not count)
+    assert got["cpu_stranded"] == pytest.approx(pct * 530) and got["mem_stranded"] == 0.0
+    assert got["failed_by_shape"] == {"2x1000": 1}
+
+
+def test_the_idle_gpu_account_agrees_with_the_run_on_openb_like_pods():
+    nodes = make_nodes([32000] * 6, [65536] * 6, [4, 4, 2, 2, 8, 1])
+    rng = np.random.default_rng(3)
+    n = 60
+    sizes = rng.choice([0, 230, 470, 810, 1000], size=n)
+    pods = make_pods(rng.integers(1, 12, n) * 1000, rng.integers(1, 16, n) * 1024,
+                     np.where(sizes > 0, 1, 0), sizes)
+    typical = TypicalPods.from_pods(pods)
+    sim = PackingSimulator(nodes, pods, target_load=1.3, seed=5, typical=typical)
+    sched = make_scheduler("fgd", SchedulerContext(train_pods=pods))
+    while (item := sim.next_pod()) is not None:
+        sim.bind(place(sched, item[1], item[0], sim.rng, node_rank=sim.node_rank))
+    got = sim.idle_gpu_account(top=100)
+    assert got["idle"] == pytest.approx(100.0 - sim.allocated_pct)
+    assert got["whole_idle"] + got["shared_idle"] == pytest.approx(got["idle"])
+    assert sum(got["shared_idle_by_largest"].values()) == pytest.approx(got["shared_idle"])
+    assert 0.0 <= got["cpu_stranded"] + got["mem_stranded"] <= got["idle"] + 1e-9
+    assert sum(got["failed_by_shape"].values()) == int((sim.result().placements < 0).sum())
+
+
+def test_the_idle_gpu_account_is_empty_without_gpus():
+    nodes = make_nodes([8000], [8192], [0])
+    pods = make_pods([1000], [512], [0], [0])
+    assert PackingSimulator(nodes, pods, target_load=1.0, seed=0).idle_gpu_account() == {}
