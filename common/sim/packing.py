@@ -210,6 +210,8 @@ class PackingSimulator:
           the ``top`` most frequent.
 
         Empty without GPUs."""
+        if top < 1:
+            raise ValueError(f"top must be at least 1, got {top}")
         nt, st = self.nodes, self.state
         total = float(nt.total_gpu_milli)
         if total <= 0:

@@ -173,3 +173,11 @@ def test_the_idle_gpu_account_is_empty_without_gpus():
     nodes = make_nodes([8000], [8192], [0])
     pods = make_pods([1000], [512], [0], [0])
     assert PackingSimulator(nodes, pods, target_load=1.0, seed=0).idle_gpu_account() == {}
+
+
+@pytest.mark.parametrize("top", [0, -1])
+def test_the_idle_gpu_account_refuses_a_top_below_one(top):
+    nodes = make_nodes([8000], [8192], [1])
+    pods = make_pods([1000], [512], [1], [500])
+    with pytest.raises(ValueError, match="top must be at least 1"):
+        PackingSimulator(nodes, pods, target_load=1.0, seed=0).idle_gpu_account(top=top)
