@@ -20,40 +20,36 @@ import json
 import sys
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from agent_quality import scenario_spec  # bench/ is the script's directory: on sys.path
 
-from fedsched.common.model.fragmentation import TypicalPods
-from fedsched.common.model.traces import split_by_hash
-from fedsched.common.schedulers import SchedulerContext, place
-from fedsched.common.sim.evaluate import make_policy
-from fedsched.common.sim.packing import PackingSimulator
+from fedsched.common.sim.evaluate import RunOutput, evaluate
 
 SEED0 = 42  # the packing table's first workload seed (bench/agent_quality.py)
 PARTS = ("idle", "whole_idle", "shared_idle", "cpu_stranded", "mem_stranded")
 
 
-def account(scenario: str, policy: str, seed: int) -> dict[str, Any]:
-    """One packing run of ``policy`` (the benchmark's split, context and workload seed) and its
-    idle-GPU account."""
+def accounts(scenario: str, policies: list[str], seeds: list[int], jobs: int) -> list[dict[str, Any]]:
+    """The benchmark's own runs (``fedsched.common.sim.evaluate``: its split, context and workload
+    seeds) of every policy and seed, each as its idle-GPU account with its policy, seed and GPU
+    allocation."""
     spec = scenario_spec(scenario)
-    train, work = split_by_hash(spec.pods, spec.test_fraction)
-    ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(seed + 1_000_003))
-    sched = make_policy(policy, ctx, "packing")
-    sim = PackingSimulator(spec.nodes, work, target_load=spec.target_load, seed=seed,
-                           typical=TypicalPods.from_pods(train))
-    t0 = time.time()
-    while (item := sim.next_pod()) is not None:
-        pod, state = item
-        sim.bind(place(sched, state, pod, sim.rng, node_rank=sim.node_rank))
-    out = sim.idle_gpu_account(top=6)
-    out.update(policy=policy, seed=seed, alloc_gpu=float(sim.result().metrics["alloc_gpu"]),
-               seconds=time.time() - t0)
-    return out
+    spec.policies, spec.seeds = policies, seeds
+    runs: list[dict[str, Any]] = []
+
+    def keep(k: int, n: int, o: RunOutput) -> None:
+        if not o.idle_gpu:
+            raise SystemExit(f"{scenario}: no idle-GPU account (a packing scenario with GPUs is needed)")
+        alloc = float(o.metrics["alloc_gpu"])
+        runs.append({**o.idle_gpu, "policy": o.policy, "seed": o.seed, "alloc_gpu": alloc})
+        idle = o.idle_gpu["idle"]
+        print(f"  {k}/{n} {o.policy} seed {o.seed}: alloc {alloc:.2f}, idle {idle:.2f}", flush=True)
+
+    evaluate(spec, jobs=jobs, progress=keep)
+    return runs
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -108,14 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     policies = [p for p in args.policies.split(",") if p]
     if not policies:
         ap.error("--policies is empty")
-    jobs = [(args.scenario, p, SEED0 + s) for p in policies for s in range(args.seeds)]
     t0 = time.time()
-    runs = []
-    with ProcessPoolExecutor(args.jobs) as pool:
-        for r in pool.map(account, *zip(*jobs, strict=True)):
-            print(f"  {r['policy']} seed {r['seed']}: alloc {r['alloc_gpu']:.2f}, idle {r['idle']:.2f} "
-                  f"({r['seconds']:.0f} s)", flush=True)
-            runs.append(r)
+    runs = accounts(args.scenario, policies, [SEED0 + s for s in range(args.seeds)], args.jobs)
     summary = summarise(runs)
     print(format_summary(args.scenario, summary))
     print(f"({time.time() - t0:.0f} s)")

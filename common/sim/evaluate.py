@@ -58,6 +58,7 @@ class RunOutput:
     seed: int
     metrics: dict[str, float]
     curve: list[float] | None  # packing: allocation % at CURVE_X arrived %
+    idle_gpu: dict[str, Any] | None = None  # packing: where the GPU stays idle at the end (PackingResult)
 
 
 def _split(spec: EvalSpec) -> tuple[PodTable, PodTable]:
@@ -96,7 +97,7 @@ def run_one(spec: EvalSpec, policy: str, seed: int) -> RunOutput:
     if spec.mode == "packing":
         res = run_packing(spec.nodes, work, scheduler, target_load=spec.target_load, seed=seed,
                           typical=typical)
-        return RunOutput(policy, seed, res.metrics, [float(v) for v in res.curve(CURVE_X)])
+        return RunOutput(policy, seed, res.metrics, [float(v) for v in res.curve(CURVE_X)], res.idle_gpu)
     if spec.mode == "replay":
         from fedsched.common.sim.replay import ReplayConfig, run_replay
 

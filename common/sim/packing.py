@@ -80,6 +80,7 @@ class PackingResult:
     placements: np.ndarray  # node per arrival, -1 = failed
     gpus: list[tuple[int, ...]]  # GPU slots per arrival (empty when failed or CPU-only)
     metrics: dict[str, float] = field(default_factory=dict)
+    idle_gpu: dict[str, Any] = field(default_factory=dict)  # PackingSimulator.idle_gpu_account (run_packing)
 
     def curve(self, xs: np.ndarray = CURVE_X) -> np.ndarray:
         return binned_curve(self.arrived_pct, self.alloc_pct, xs)
@@ -195,22 +196,23 @@ class PackingSimulator:
             setattr(c, name, arr)
         return c
 
-    def idle_gpu_account(self, top: int = 8) -> dict[str, Any]:
+    def idle_gpu_account(self, top: int | None = None) -> dict[str, Any]:
         """Where the GPU left idle now sits, each part in % of all GPU milli:
 
         - ``idle``: all of it (100 minus the allocated share); ``whole_idle``: GPUs with nothing
           on them; ``shared_idle``: what is left on GPUs that sharing pods use, and
           ``shared_idle_by_largest``: the same split by the largest sharing pod on the GPU
-          (milli -> %, the ``top`` largest parts): a GPU holding an 810-milli pod has at most
+          (milli -> %, largest part first): a GPU holding an 810-milli pod has at most
           190 left, which only pods of at most 190 can take;
         - ``cpu_stranded`` / ``mem_stranded``: idle GPU (whole or partial) on nodes whose free
           CPU (memory, where CPU is not short) is below every GPU pod of the pool: no GPU pod
           it could ever receive fits there;
         - ``failed_by_shape``: failed arrivals by ``"<GPUs>x<milli>"`` (CPU-only: ``"0x0"``),
-          the ``top`` most frequent.
+          most frequent first.
 
-        Empty without GPUs."""
-        if top < 1:
+        The two splits keep their ``top`` largest entries (None: all; averages over runs need
+        all). Empty without GPUs."""
+        if top is not None and top < 1:
             raise ValueError(f"top must be at least 1, got {top}")
         nt, st = self.nodes, self.state
         total = float(nt.total_gpu_milli)
@@ -279,7 +281,8 @@ class PackingSimulator:
 def run_packing(nodes: NodeTable, pool: PodTable, scheduler: Scheduler, *, target_load: float,
                 seed: int, typical: TypicalPods | None = None,
                 progress: Callable[[int, int], None] | None = None) -> PackingResult:
-    """One packing run of ``scheduler`` on ``nodes`` with pods drawn from ``pool``."""
+    """One packing run of ``scheduler`` on ``nodes`` with pods drawn from ``pool``, with the idle-GPU
+    account of its end state."""
     sim = PackingSimulator(nodes, pool, target_load=target_load, seed=seed, typical=typical)
     n = len(sim)
     while (item := sim.next_pod()) is not None:
@@ -287,4 +290,6 @@ def run_packing(nodes: NodeTable, pool: PodTable, scheduler: Scheduler, *, targe
         sim.bind(place(scheduler, state, pod, sim.rng, node_rank=sim.node_rank))
         if progress is not None and (sim.k % 500 == 0 or sim.k == n):
             progress(sim.k, n)
-    return sim.result()
+    res = sim.result()
+    res.idle_gpu = sim.idle_gpu_account()
+    return res

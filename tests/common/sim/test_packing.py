@@ -167,6 +167,10 @@ def test_the_idle_gpu_account_agrees_with_the_run_on_openb_like_pods():
     assert sum(got["shared_idle_by_largest"].values()) == pytest.approx(got["shared_idle"])
     assert 0.0 <= got["cpu_stranded"] + got["mem_stranded"] <= got["idle"] + 1e-9
     assert sum(got["failed_by_shape"].values()) == int((sim.result().placements < 0).sum())
+    # run_packing (the evaluation harness's path) carries the same account, every part kept
+    ran = run_packing(nodes, pods, make_scheduler("fgd", SchedulerContext(train_pods=pods)), target_load=1.3,
+                      seed=5, typical=typical)
+    assert ran.idle_gpu == got
 
 
 def test_the_idle_gpu_account_is_empty_without_gpus():
