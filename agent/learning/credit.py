@@ -119,7 +119,7 @@ def collect_credited(envs: Sequence[SchedulingEnv], behaviours: Sequence[Schedul
         env.reset()
     while len(out) < cfg.samples:
         for i, env in enumerate(envs):
-            pod, state, cand, feats = env.decision
+            pod, state, cand = env.pending  # features only where read: warm-up's are never kept
             if rng.random() < cfg.explore:
                 pick = int(rng.integers(len(cand)))
                 sched: Scheduler = kube
@@ -129,7 +129,8 @@ def collect_credited(envs: Sequence[SchedulingEnv], behaviours: Sequence[Schedul
                 if attach is not None:
                     attach(env.sim)
                 if isinstance(sched, PolicyScheduler) and sched.features.typical is env.typical:
-                    # a policy behaviour sees what the env already built: no second feature build
+                    # a policy behaviour sees what the env builds: no second feature build
+                    feats = env.decision[3]
                     scores = sched.logits(feats.nodes, feats.pod, feats.context).astype(np.float64)
                 else:
                     scores = np.asarray(sched.score(state, pod, cand), dtype=np.float64)
@@ -137,10 +138,14 @@ def collect_credited(envs: Sequence[SchedulingEnv], behaviours: Sequence[Schedul
                 pick = int(best[rng.integers(len(best))])
             tie = float(np.asarray(kube.score(state, pod, cand[pick:pick + 1]))[0]) / 100.0
             node = int(cand[pick])
-            d = Decision(feats.nodes.astype(np.float16), feats.pod, feats.context, np.array([pick]),
-                         has_gpus=state.nodes.total_gpu_milli > 0)
-            _, _, term, trunc, info = env.step_placement(Placement(node, sched.select_gpus(state, pod, node)))
-            if steps[i] >= cfg.warmup:
+            kept = steps[i] >= cfg.warmup
+            if kept:
+                feats = env.decision[3]
+                d = Decision(feats.nodes.astype(np.float16), feats.pod, feats.context, np.array([pick]),
+                             has_gpus=state.nodes.total_gpu_milli > 0)
+            _, _, term, trunc, info = env.step_placement(Placement(node, sched.select_gpus(state, pod, node)),
+                                                         observe=False)
+            if kept:
                 pending[i][int(info["decision"])] = (d, pick, tie)
             steps[i] += 1
             before = len(out)

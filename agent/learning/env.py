@@ -169,7 +169,8 @@ class SchedulingEnv(gym.Env):
         self._episode = 0
         self.sim: Any = None
         self._mask = np.zeros(self.max_nodes, dtype=bool)
-        self._feats: Features | None = None
+        self._pod: Pod | None = None  # the pending decision's pod (None: none pending)
+        self._feats: Features | None = None  # its candidates' features, built when first asked for
         self._nodes = np.zeros(0, dtype=np.int64)
         self._fallback = KubeDefault()
         self._serial = 0
@@ -202,8 +203,9 @@ class SchedulingEnv(gym.Env):
         return self._obs(), {"skipped_reward": reward_before}
 
     def step(self, action: int):
-        if self.sim is None or self._feats is None:
+        if self.sim is None or self._pod is None:
             raise RuntimeError("step() before reset() or after the episode ended")
+        self._features()  # select_gpus reuses the build's GPU picks
         action = int(action)
         invalid = not (0 <= action < self.max_nodes) or not self._mask[action]
         if invalid:
@@ -212,15 +214,18 @@ class SchedulingEnv(gym.Env):
         gpus = self.features.select_gpus(self.sim.state, self._pod, action)
         return self._bind(Placement(action, gpus), invalid)
 
-    def step_placement(self, placement: Placement):
-        """Step with a complete placement (node and GPUs), e.g. a teacher scheduler's."""
-        if self.sim is None or self._feats is None:
+    def step_placement(self, placement: Placement, observe: bool = True):
+        """Step with a complete placement (node and GPUs), e.g. a teacher scheduler's. With
+        ``observe`` False the observation returned is None and the next pod's features are not
+        built unless asked for (:attr:`decision`): a collector that reads only some decisions'
+        features (:func:`fedsched.agent.learning.credit.collect_credited`) skips the rest."""
+        if self.sim is None or self._pod is None:
             raise RuntimeError("step_placement() before reset() or after the episode ended")
         if not (0 <= placement.node < self.max_nodes) or not self._mask[placement.node]:
             raise ValueError(f"node {placement.node} is not feasible for this pod")
-        return self._bind(placement, False)
+        return self._bind(placement, False, observe)
 
-    def _bind(self, placement: Placement, invalid: bool):
+    def _bind(self, placement: Placement, invalid: bool, observe: bool = True):
         before = self._snapshot()
         pod = self._pod
         self.sim.bind(placement)
@@ -232,7 +237,7 @@ class SchedulingEnv(gym.Env):
             self._open_decision(self._serial, placement.node, pod.index)
         reward += self._advance()
         self.episode_return += reward
-        terminated = self._feats is None
+        terminated = self._pod is None
         info: dict[str, Any] = {"invalid_action": invalid, "node": placement.node, "decision": self._serial}
         if self._node_credit:
             info["credits"] = self._mature(everything=terminated)
@@ -240,7 +245,7 @@ class SchedulingEnv(gym.Env):
         if terminated:
             info["episode_metrics"] = self.final_metrics()
             info["episode_return"] = self.episode_return
-        return self._obs(), float(reward), terminated, False, info
+        return self._obs() if observe else None, float(reward), terminated, False, info
 
     # ---- node credit (RewardConfig.node_horizon_s) -----------------------------------------
     def _open_decision(self, serial: int, node: int, pod: int) -> None:
@@ -282,16 +287,19 @@ class SchedulingEnv(gym.Env):
                  + w.node_oom * (self.sim.oom_kills_of(pod) - oom0))
 
     def _mature(self, everything: bool = False) -> list[tuple[int, float]]:
-        """Credits of the open decisions whose horizon has passed (all of them at the end)."""
+        """Credits of the open decisions whose horizon has passed (all of them at the end). The
+        open decisions are in bind order and simulated time never goes back, so the matured ones
+        are a prefix: a step looks at them and the first still open one, not at every open one."""
         horizon, now = self.cfg.reward.node_horizon_s, self.sim.now
         self._end_runs()
-        out, keep = [], []
-        for d in self._open:
-            if everything or now >= d[3] + horizon:
-                out.append((d[0], self._credit(d)))
-            else:
-                keep.append(d)
-        self._open = keep
+        open_ = self._open
+        k = len(open_)
+        if not everything:
+            k = 0
+            while k < len(open_) and now >= open_[k][3] + horizon:
+                k += 1
+        out = [(d[0], self._credit(d)) for d in open_[:k]]
+        del open_[:k]
         return out
 
     def open_credits(self) -> list[tuple[int, float]]:
@@ -332,9 +340,26 @@ class SchedulingEnv(gym.Env):
     @property
     def decision(self) -> tuple[Pod, ClusterState, np.ndarray, Features]:
         """The pending decision: (pod, cluster state, feasible node ids, their features)."""
-        if self._feats is None:
+        pod, state, nodes = self.pending
+        return pod, state, nodes, self._features()
+
+    @property
+    def pending(self) -> tuple[Pod, ClusterState, np.ndarray]:
+        """The pending decision without its features (none built for it): (pod, cluster state,
+        feasible node ids)."""
+        if self._pod is None:
             raise RuntimeError("no pending decision (call reset(), or the episode ended)")
-        return self._pod, self.sim.state, self._nodes, self._feats
+        return self._pod, self.sim.state, self._nodes
+
+    def _features(self) -> Features:
+        """The pending decision's features, built once. Built when first asked for, not when
+        the pod arrives: nothing changes the state in between (every bind goes through
+        :meth:`_bind`, which moves on to the next pod), and a warm builder builds what a cold one
+        does (``tests/common/learning/test_feature_cache.py``)."""
+        if self._feats is None:
+            assert self._pod is not None
+            self._feats = self.features.build(self.sim.state, self._pod, self._nodes)
+        return self._feats
 
     # ---- internals -------------------------------------------------------------------
     def _advance(self) -> float:
@@ -365,9 +390,9 @@ class SchedulingEnv(gym.Env):
             self._mask[:] = False
             self._mask[nodes] = True
             self._nodes = nodes
-            self._feats = self.features.build(state, pod, nodes)
+            self._feats = None
             return reward
-        self._feats = None
+        self._pod = self._feats = None
         self._mask[:] = False
         return reward
 
@@ -409,13 +434,14 @@ class SchedulingEnv(gym.Env):
     def _obs(self) -> dict[str, np.ndarray]:
         n_f = len(NODE_FEATURES)
         nodes = np.zeros((self.max_nodes, n_f), dtype=np.float32)
-        if self._feats is None:
+        if self._pod is None:
             return {"nodes": nodes, "pod": np.zeros(len(POD_FEATURES), np.float32),
                     "context": np.zeros(len(CONTEXT_FEATURES), np.float32),
                     "mask": self._mask.astype(np.int8)}
-        nodes[self._nodes] = np.clip(self._feats.nodes, -OBS_BOUND, OBS_BOUND)
-        return {"nodes": nodes, "pod": np.clip(self._feats.pod, -OBS_BOUND, OBS_BOUND),
-                "context": np.clip(self._feats.context, -OBS_BOUND, OBS_BOUND),
+        feats = self._features()
+        nodes[self._nodes] = np.clip(feats.nodes, -OBS_BOUND, OBS_BOUND)
+        return {"nodes": nodes, "pod": np.clip(feats.pod, -OBS_BOUND, OBS_BOUND),
+                "context": np.clip(feats.context, -OBS_BOUND, OBS_BOUND),
                 "mask": self._mask.astype(np.int8)}
 
     def final_metrics(self) -> dict[str, float]:

@@ -11,6 +11,7 @@ import torch
 from fedsched.agent.learning.env import EnvConfig, RewardConfig, SchedulingEnv
 from fedsched.agent.learning.ppo import PPOTrainer
 from fedsched.common.model.synthetic import generate_cluster
+from fedsched.common.schedulers.base import Placement
 
 HORIZON = 1800.0
 
@@ -145,3 +146,90 @@ def test_the_default_throttle_credit_is_the_nodes_and_others_are_refused():
     assert RewardConfig().throttle_credit == "node"
     with pytest.raises(ValueError, match="throttle_credit"):
         _throttle_env("cluster")
+
+
+def test_a_decision_matures_once_its_horizon_has_passed_and_not_before():
+    """The open decisions are kept in bind order and only a prefix of them is looked at per step:
+    after every step nothing whose horizon has passed is still open, and each credit reported
+    belongs to a decision whose horizon has passed (bind times read from the env itself)."""
+    env = _env()
+    env.reset()
+    bound_at: dict[int, float] = {}
+    done = False
+    while not done:
+        _, state, cand = env.pending
+        _, _, done, _, info = env.step_placement(Placement(int(_pile(state, cand))), observe=False)
+        if not done:
+            bound_at[info["decision"]] = env._open[-1][3]
+            now = env.sim.now
+            assert all(now < d[3] + HORIZON for d in env._open)
+            assert [d[0] for d in env._open] == sorted(d[0] for d in env._open)
+            assert all(now >= bound_at[s] + HORIZON for s, _ in info["credits"])
+    assert env._open == []
+
+
+def test_stepping_without_observations_builds_only_the_features_asked_for_and_the_same_bits():
+    """``step_placement(observe=False)`` leaves the next pod's features unbuilt until
+    :attr:`decision` asks: the episode (bindings, credits) is the one an observing env steps,
+    and the features asked for at any step are the bits the observing env built then."""
+    eager, lazy = _env(seed=5), _env(seed=5)
+    builds = 0
+    real_build = lazy.features.build
+
+    def counting_build(*args, **kwargs):
+        nonlocal builds
+        builds += 1
+        return real_build(*args, **kwargs)
+
+    lazy.features.build = counting_build  # type: ignore[method-assign]
+    eager.reset()
+    lazy.reset()  # reset's observation is the first pod's features
+    step = 0
+    done = False
+    while not done:
+        pod, state, cand, feats = eager.decision
+        lpod, _, lcand = lazy.pending
+        assert lpod.index == pod.index and np.array_equal(lcand, cand)
+        if step % 7 == 0:  # now and then, as a collector asks for kept decisions only
+            got = lazy.decision[3]
+            for a, b in ((got.nodes, feats.nodes), (got.pod, feats.pod), (got.context, feats.context)):
+                assert a.tobytes() == b.tobytes()
+        node = int(_pile(state, cand))
+        obs, _, done, _, info = eager.step_placement(Placement(node))
+        lobs, _, ldone, _, linfo = lazy.step_placement(Placement(node), observe=False)
+        assert obs is not None and lobs is None and done == ldone
+        assert linfo["credits"] == info["credits"] and linfo["decision"] == info["decision"]
+        step += 1
+    assert step > 100 and builds == 1 + (step - 1) // 7  # reset's, then one per decision asked for
+
+
+def test_credit_collection_keeps_what_it_kept_when_every_pod_had_its_features_built(monkeypatch):
+    """The collector reads features only for decisions it keeps (none during warm-up) and for a
+    policy behaviour: its decisions, choices, credits and ties are those of a collector that had
+    every pod's features built (``pending`` forced to build them), warm-up and policy included."""
+    from fedsched.agent.learning.credit import BEHAVIOURS, CreditConfig, collect_credited
+    from fedsched.common.learning.nets import NodeScoringPolicy
+    from fedsched.common.learning.scorers import PolicyScheduler
+    from fedsched.common.schedulers import SchedulerContext
+    from fedsched.common.sim.evaluate import make_policy
+
+    def collect() -> list:
+        env = _env(seed=9)
+        ctx = SchedulerContext(train_pods=env.pool, rng=np.random.default_rng(4))
+        torch.manual_seed(0)
+        behaviours = [make_policy(b, ctx, "replay") for b in BEHAVIOURS]
+        behaviours.append(PolicyScheduler(NodeScoringPolicy().eval(), env.typical, name="current"))
+        cfg = CreditConfig(samples=150, explore=0.25, seed=2, warmup=120)
+        return collect_credited([env], behaviours, cfg)
+
+    lazy = collect()
+    real_pending = SchedulingEnv.pending
+    built_first = property(lambda env: (real_pending.fget(env), env._features())[0])
+    monkeypatch.setattr(SchedulingEnv, "pending", built_first)
+    eager = collect()
+    assert len(lazy) == len(eager) == 150
+    for a, b in zip(lazy, eager, strict=True):
+        assert (a.chosen, a.credit, a.tie) == (b.chosen, b.credit, b.tie)
+        for x, y in ((a.decision.nodes, b.decision.nodes), (a.decision.pod, b.decision.pod),
+                     (a.decision.context, b.decision.context)):
+            assert x.tobytes() == y.tobytes()
