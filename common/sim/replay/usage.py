@@ -299,6 +299,7 @@ class UsageModel:
         self._req_nz = np.stack([cpu_nz, mem_nz])
         self._n_apps = n_apps
         self._app_sums: tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+        self._app_out = np.zeros(4)  # the compiled app_usage's answer (use and requests, CPU and memory)
         rho_cm = cfg.usage_cpu_mem_corr
         z_app = g_work.standard_normal((2, n_apps + n_pods))
         z_pod = g_work.standard_normal((2, n_pods))
@@ -379,6 +380,13 @@ class UsageModel:
         i = self._app_code.get(app)
         if i is None:
             return None
+        if self._kernels is not None:  # one application's sums, the same bits as its bincount entry
+            out = self._app_out
+            self._kernels.app_usage(self._app_dense, self._s_pod, self._sf, self._req_nz, self._n_active, i,
+                                    out)
+            if out[2] <= 0:
+                return None
+            return float(out[0] / out[2]), float(out[1] / out[3])
         if self._app_sums is None:
             k = self._n_active
             d = self._app_dense[self._s_pod[:k]]

@@ -17,6 +17,9 @@ on the same float64 operands in the same order, with no fast-math, so the same b
   numpy form also adds nothing).
 - :func:`_per_node`: running pods per node and the CPU use of each node's largest
   (``np.bincount`` and ``np.maximum.at`` from 0).
+- :func:`_app_usage`: one application's use and requests summed over its running pods in slot
+  order (its entry of the numpy form's ``np.bincount`` over every application), without the
+  per-application arrays the numpy form builds and keeps until the next tick or departure.
 - :func:`_overload_trend`: overload transitions and the usage trend EMA.
 - :class:`CompiledUsageWindow`: :class:`~fedsched.common.model.load_metrics.UsageWindow`'s
   mean and deviation, the new sample's ``dt * v`` and ``dt * v * v`` added, the leaving one's
@@ -190,6 +193,24 @@ def _per_node(s_node: np.ndarray, cpu: np.ndarray, k: int, pods: np.ndarray, max
         max_pod[i] = max(max_pod[i], cpu[j])
 
 
+def _app_usage(app_dense: np.ndarray, s_pod: np.ndarray, sf: np.ndarray, req_nz: np.ndarray, k: int,
+               app: int, out: np.ndarray) -> None:
+    """Application ``app``'s running pods' CPU and memory use and non-zero requests, summed in
+    slot order from 0.0 (``np.bincount``'s order, so its entry for ``app``), into ``out[0:4]``."""
+    u0 = u1 = t0 = t1 = 0.0
+    for j in range(k):
+        p = s_pod[j]
+        if app_dense[p] == app:
+            u0 += sf[_CUR, j]
+            u1 += sf[_CUR + 1, j]
+            t0 += req_nz[0, p]
+            t1 += req_nz[1, p]
+    out[0] = u0
+    out[1] = u1
+    out[2] = t0
+    out[3] = t1
+
+
 def _overload_trend(cpu_used: np.ndarray, mem_used: np.ndarray, cap_cpu: np.ndarray, threshold: float,
                     overloaded: np.ndarray, overload_count: np.ndarray, cpu_trend: np.ndarray,
                     mem_trend: np.ndarray, prev_cpu: np.ndarray, prev_mem: np.ndarray, gain: float,
@@ -278,10 +299,16 @@ class CompiledUsageWindow:
         return np.zeros(self._shape) if self._std is None else self._std
 
     def peak(self) -> np.ndarray:
-        """Largest sample in the window, per entry (zeros before the first sample)."""
+        """Largest sample in the window, per entry (zeros before the first sample): the samples'
+        elementwise maximum in window order (``np.max`` of their stack without the stack; the
+        maximum of the same values is the same bits, NaN included)."""
         if not self._samples:
             return np.zeros(self._shape)
-        return np.max(np.stack([v for _, v in self._samples]), axis=0)
+        it = iter(self._samples)
+        out = next(it)[1].copy()
+        for _, v in it:
+            np.maximum(out, v, out=out)
+        return out
 
 
 KERNELS: SimpleNamespace | None
@@ -294,5 +321,6 @@ else:
     KERNELS = SimpleNamespace(start=numba.njit(cache=True)(_start), stop=numba.njit(cache=True)(_stop),
                               step=numba.njit(cache=True)(_step), throttle=numba.njit(cache=True)(_throttle),
                               per_node=numba.njit(cache=True)(_per_node),
+                              app_usage=numba.njit(cache=True)(_app_usage),
                               overload_trend=numba.njit(cache=True)(_overload_trend),
                               window_update=numba.njit(cache=True)(_window_update))

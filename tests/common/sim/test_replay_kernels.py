@@ -66,6 +66,9 @@ CASES = [
      dict(target_load=0.9, failure_rate_per_node_hour=0.2, autoscale=True, spare_fraction=0.3)),
     ("gpu", dict(n_nodes=12, n_pods=300), "kube-default", dict(target_load=0.85, time_compression=20.0)),
     ("edge", dict(n_nodes=12, n_pods=800), "load-variation-risk-balancing", dict(target_load=0.9)),
+    # the online policy: each decision reads its application's observed use (app_usage) and the
+    # windowed peaks, so a bit astray in either moves its placements and the metrics
+    ("web", dict(n_nodes=6, n_pods=1500, **WEB), "learned-online", dict(target_load=0.95)),
 ]
 
 
@@ -154,3 +157,28 @@ def test_compiled_window_is_usage_window() -> None:
 def test_kernel_rows_are_the_models() -> None:
     for name in ("_BASE", "_AMP", "_MAX", "_EPS", "_CUR", "_BEF"):
         assert getattr(usage_kernel, name) == getattr(usage_module, name), name
+
+
+def test_an_applications_observed_use_is_the_numpy_forms_bit_for_bit() -> None:
+    """``app_usage`` on the compiled loop (one application's sums in slot order) against the
+    numpy form (every application's ``np.bincount``, kept until a tick or a departure), for
+    every application, all along a replay: after starts, departures and ticks alike."""
+    assert usage_kernel.KERNELS is not None
+    nodes, pods = generate_cluster("web", 7, n_nodes=6, n_pods=1500, **WEB)
+    sched = make_scheduler("kube-default", SchedulerContext(train_pods=pods, rng=np.random.default_rng(3)))
+    sim = sim_module.ReplaySimulator(nodes, pods, config=ReplayConfig(target_load=0.95), seed=3)
+    usage = sim.usage
+    apps = sorted({int(a) for a in pods.app if a >= 0})
+    assert len(apps) > 50
+    compared = seen = 0
+    while (d := sim.next_pod()) is not None:
+        sim.bind(place(sched, d[1], d[0], sim.rng))
+        if compared % 7 == 0:
+            fast = [usage.app_usage(a) for a in apps]
+            usage._kernels, usage._app_sums = None, None
+            ref = [usage.app_usage(a) for a in apps]
+            usage._kernels = usage_kernel.KERNELS
+            assert fast == ref
+            seen += sum(x is not None for x in fast)
+        compared += 1
+    assert usage.app_usage(-5) is None and seen > 1000
