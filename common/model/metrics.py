@@ -50,7 +50,11 @@ HIGHER_IS_BETTER = {"alloc_gpu", "alloc_cpu", "alloc_mem", "gpu_alloc_at_100",
 
 
 class FragTracker:
-    """Keeps every node's ``F_n`` current with one-node updates after each change."""
+    """Keeps every node's ``F_n`` current with one-node updates after each change.
+
+    On a node table without GPUs every ``F_n`` is 0.0 whatever happens (no idle GPU, nothing
+    shared), so the updates are skipped: the same per-node values and total, without the
+    fragmentation model's arrays at every bind and tick."""
 
     def __init__(self, state: ClusterState, typical: TypicalPods | None) -> None:
         self.state = state
@@ -61,9 +65,10 @@ class FragTracker:
             self.per_node = self.model.node_frag(state.cpu_free, state.gpu_free,
                                                  state.nodes.model) * state.alive
         self.total = float(self.per_node.sum())
+        self._constant = not state.nodes.gpu.any()
 
     def update(self, node: int) -> None:
-        if self.model is None:
+        if self.model is None or self._constant:
             return
         s = self.state
         f = 0.0
@@ -75,7 +80,7 @@ class FragTracker:
 
     def update_nodes(self, nodes: np.ndarray) -> None:
         """:meth:`update` for several nodes at once (one vectorised call)."""
-        if self.model is None or len(nodes) == 0:
+        if self.model is None or self._constant or len(nodes) == 0:
             return
         s = self.state
         f = self.model.node_frag(s.cpu_free[nodes], s.gpu_free[nodes], s.nodes.model[nodes]) * s.alive[nodes]
@@ -84,7 +89,7 @@ class FragTracker:
 
     def refresh(self) -> None:
         """Recompute every node (after bulk changes, and to shed float drift)."""
-        if self.model is None:
+        if self.model is None or self._constant:
             return
         s = self.state
         self.per_node = self.model.node_frag(s.cpu_free, s.gpu_free, s.nodes.model) * s.alive

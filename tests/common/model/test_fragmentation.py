@@ -104,3 +104,35 @@ def test_cached_node_parts_match_a_fresh_computation_and_keep_no_change_exact(op
     _, _, delta, _ = placement_deltas(fm, state.cpu_free[sub], state.gpu_free[sub], nodes.model[sub],
                                       tiny.cpu_nonzero, 0, 0, parts=cache.get(state, sub))
     assert (delta == 0).all()
+
+
+def test_a_node_table_without_gpus_keeps_every_nodes_fragmentation_at_zero_without_updating():
+    """FragTracker skips its updates where no node has a GPU: after binds, releases and nodes
+    going down its per-node values and total are what the model computes from scratch (all
+    0.0), with typical pods that ask for GPUs as well as without."""
+    from fedsched.common.model.cluster import ClusterState, Pod
+    from fedsched.common.model.metrics import FragTracker
+    from tests.builders import make_nodes
+
+    nodes = make_nodes([4000, 8000, 16000], [8192, 16384, 32768], [0, 0, 0])
+    pods = make_pods([500, 1000, 2000, 1000], [512, 1024, 2048, 1024], [0, 0, 1, 1], [0, 0, 1000, 500])
+    for typical in (TypicalPods.from_pods(pods), TypicalPods.from_pods(pods.select(np.array([0, 1])))):
+        state = ClusterState(nodes)
+        tracker = FragTracker(state, typical)
+        rng = np.random.default_rng(1)
+        placed = []
+        for step in range(60):
+            n = int(rng.integers(3))
+            if placed and rng.random() < 0.4:
+                node, pod = placed.pop(int(rng.integers(len(placed))))
+                state.release(node, pod, ())
+            else:
+                pod = Pod(-1, int(rng.choice([500, 1000])), 1024, 0, 0, 0, 1)
+                state.allocate(n, pod, ())
+                placed.append((n, pod))
+            if step == 30:
+                state.alive[1] = False
+            tracker.update_nodes(np.array([n, 1]))
+            tracker.update(n)
+        fresh = tracker.model.node_frag(state.cpu_free, state.gpu_free, state.nodes.model) * state.alive
+        assert tracker.per_node.tobytes() == fresh.tobytes() and tracker.total == float(fresh.sum()) == 0.0
