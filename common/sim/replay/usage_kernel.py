@@ -23,7 +23,8 @@ on the same float64 operands in the same order, with no fast-math, so the same b
 - :func:`_overload_trend`: overload transitions and the usage trend EMA.
 - :class:`CompiledUsageWindow`: :class:`~fedsched.common.model.load_metrics.UsageWindow`'s
   mean and deviation, the new sample's ``dt * v`` and ``dt * v * v`` added, the leaving one's
-  taken away and the mean and deviation read in one loop (:func:`_window_update`).
+  taken away and the mean and deviation read in one loop (:func:`_window_update`), and the
+  window's peak from a ring of its samples (:func:`_window_peak`).
 
 ``usage.py`` holds the numpy forms, used when numba cannot be imported (``KERNELS`` None) or
 when a :class:`~.usage.UsageModel` is built without ``kernels`` (the simulator passes
@@ -254,10 +255,26 @@ def _window_update(total: np.ndarray, sq: np.ndarray, v: np.ndarray, dt: float, 
             std[i] = np.sqrt(max(b / span - m * m, 0.0))
 
 
+def _window_peak(ring: np.ndarray, head: int, count: int, out: np.ndarray) -> None:
+    """Elementwise maximum of the ``count`` ring rows from ``head`` (wrapping), in window order
+    as ``np.max`` of their stack takes it: a later sample replaces the maximum only when larger,
+    and a NaN anywhere gives NaN (``np.maximum``)."""
+    cap, m = ring.shape
+    for e in range(m):
+        out[e] = ring[head, e]
+    for i in range(1, count):
+        r = (head + i) % cap
+        for e in range(m):
+            x = ring[r, e]
+            if x > out[e] or x != x:
+                out[e] = x
+
+
 class CompiledUsageWindow:
     """:class:`~fedsched.common.model.load_metrics.UsageWindow` (with the deviation) on the
     compiled loops: the same samples kept and dropped, the same sums, the same bits. :meth:`add`
-    returns the mean and keeps the deviation for :meth:`std` (one read of the sums)."""
+    returns the mean and keeps the deviation for :meth:`std` (one read of the sums). The
+    samples are also kept, flat, in a ring of rows for :meth:`peak` (:func:`_window_peak`)."""
 
     def __init__(self, shape: tuple[int, ...], window_s: float) -> None:
         assert KERNELS is not None
@@ -268,17 +285,30 @@ class CompiledUsageWindow:
         self._sq = np.zeros(shape)
         self._span = 0.0
         self._std: np.ndarray | None = None
+        self._ring = np.zeros((16, int(np.prod(shape))))  # row (head + i) % len: the window's i-th sample
+        self._head = 0
+
+    def _ring_push(self, flat: np.ndarray) -> None:
+        ring, count = self._ring, len(self._samples)  # the new sample already in the deque
+        if count > len(ring):  # full: twice the rows, the window's samples first, in order
+            order = (self._head + np.arange(count - 1)) % len(ring)
+            grown = np.zeros((2 * len(ring), ring.shape[1]))
+            grown[:count - 1] = ring[order]
+            self._ring, self._head, ring = grown, 0, grown
+        ring[(self._head + count - 1) % len(ring)] = flat
 
     def add(self, dt: float, values: np.ndarray) -> np.ndarray:
         """Add a sample lasting ``dt``; returns the windowed mean (including it)."""
         v = np.array(values, dtype=np.float64)
         samples = self._samples
         samples.append((dt, v))
+        self._ring_push(v.reshape(-1))
         span = self._span + dt
         gone: list[tuple[float, np.ndarray]] = []  # the samples UsageWindow.add pops, in its order
         while len(samples) > 1 and span - samples[0][0] >= self.window_s - 1e-9:
             gone.append(samples.popleft())
             span -= gone[-1][0]
+        self._head = (self._head + len(gone)) % len(self._ring)
         self._span = span
         total, sq, flat = self._sum.reshape(-1), self._sq.reshape(-1), v.reshape(-1)
         mean, self._std = np.zeros(self._shape), np.zeros(self._shape)
@@ -299,15 +329,12 @@ class CompiledUsageWindow:
         return np.zeros(self._shape) if self._std is None else self._std
 
     def peak(self) -> np.ndarray:
-        """Largest sample in the window, per entry (zeros before the first sample): the samples'
-        elementwise maximum in window order (``np.max`` of their stack without the stack; the
-        maximum of the same values is the same bits, NaN included)."""
-        if not self._samples:
-            return np.zeros(self._shape)
-        it = iter(self._samples)
-        out = next(it)[1].copy()
-        for _, v in it:
-            np.maximum(out, v, out=out)
+        """Largest sample in the window, per entry (zeros before the first sample): the
+        samples' elementwise maximum in window order, ``np.max`` of their stack without the
+        stack (:func:`_window_peak`)."""
+        out = np.zeros(self._shape)
+        if self._samples:
+            KERNELS.window_peak(self._ring, self._head, len(self._samples), out.reshape(-1))
         return out
 
 
@@ -323,4 +350,5 @@ else:
                               per_node=numba.njit(cache=True)(_per_node),
                               app_usage=numba.njit(cache=True)(_app_usage),
                               overload_trend=numba.njit(cache=True)(_overload_trend),
-                              window_update=numba.njit(cache=True)(_window_update))
+                              window_update=numba.njit(cache=True)(_window_update),
+                              window_peak=numba.njit(cache=True)(_window_peak))

@@ -152,6 +152,14 @@ def test_compiled_window_is_usage_window() -> None:
         assert np.array_equal(fast.add(dt, v), ref.add(dt, v))
         assert np.array_equal(fast.std(), ref.std())
         assert np.array_equal(fast.peak(), ref.peak())
+    # NaN anywhere in the window gives NaN as np.max does; it leaves with its sample
+    for i in range(60):
+        v = rng.random((2, 17))
+        if i % 9 == 0:
+            v[i % 2, i % 17] = np.nan
+        fast.add(10.0, v)
+        ref.add(10.0, v)
+        assert np.array_equal(fast.peak(), ref.peak(), equal_nan=True)
 
 
 def test_kernel_rows_are_the_models() -> None:
