@@ -437,8 +437,7 @@ class UsageModel:
             self._n_be += self._kernels.start(
                 self._pf, self._sf, p, k, n, math.cos(self._omega * now - self._phase_f[c]), self.cap_cpu,
                 self.cap_mem, self.cpu_demand, s.cpu_used, s.mem_used)
-            self._add_app_sums(p, k)
-            return
+            return  # the compiled app_usage keeps no sums
         col = self._pf[:, p].tolist()
         col[_MAX + 1] = min(col[_MAX + 1], self._cap_mem_f[n])  # one pod alone never OOMs its node
         c = int(col[_CLS])
