@@ -274,54 +274,60 @@ class CompiledUsageWindow:
     """:class:`~fedsched.common.model.load_metrics.UsageWindow` (with the deviation) on the
     compiled loops: the same samples kept and dropped, the same sums, the same bits. :meth:`add`
     returns the mean and keeps the deviation for :meth:`std` (one read of the sums). The
-    samples are also kept, flat, in a ring of rows for :meth:`peak` (:func:`_window_peak`)."""
+    samples are kept, flat, in a ring of rows (their durations beside it), which :meth:`peak`
+    reads in one pass (:func:`_window_peak`)."""
 
     def __init__(self, shape: tuple[int, ...], window_s: float) -> None:
         assert KERNELS is not None
         self.window_s = window_s
-        self._samples: deque[tuple[float, np.ndarray]] = deque()
+        self._dts: deque[float] = deque()  # each kept sample's duration, oldest first
         self._shape = shape
         self._sum = np.zeros(shape)
         self._sq = np.zeros(shape)
         self._span = 0.0
         self._std: np.ndarray | None = None
-        self._ring = np.zeros((16, int(np.prod(shape))))  # row (head + i) % len: the window's i-th sample
+        # The kept samples themselves, flat: row (head + i) % len holds the i-th oldest.
+        self._ring = np.zeros((16, int(np.prod(shape))))
         self._head = 0
 
-    def _ring_push(self, flat: np.ndarray) -> None:
-        ring, count = self._ring, len(self._samples)  # the new sample already in the deque
+    def _ring_push(self, values: np.ndarray) -> np.ndarray:
+        """Store the newest sample (its duration already in ``_dts``) and return its row."""
+        ring, count = self._ring, len(self._dts)
         if count > len(ring):  # full: twice the rows, the window's samples first, in order
             order = (self._head + np.arange(count - 1)) % len(ring)
             grown = np.zeros((2 * len(ring), ring.shape[1]))
             grown[:count - 1] = ring[order]
             self._ring, self._head, ring = grown, 0, grown
-        ring[(self._head + count - 1) % len(ring)] = flat
+        row = ring[(self._head + count - 1) % len(ring)]
+        row[:] = np.asarray(values, dtype=np.float64).reshape(-1)
+        return row
 
     def add(self, dt: float, values: np.ndarray) -> np.ndarray:
         """Add a sample lasting ``dt``; returns the windowed mean (including it)."""
-        v = np.array(values, dtype=np.float64)
-        samples = self._samples
-        samples.append((dt, v))
-        self._ring_push(v.reshape(-1))
+        dts = self._dts
+        dts.append(dt)
+        flat = self._ring_push(values)
         span = self._span + dt
-        gone: list[tuple[float, np.ndarray]] = []  # the samples UsageWindow.add pops, in its order
-        while len(samples) > 1 and span - samples[0][0] >= self.window_s - 1e-9:
-            gone.append(samples.popleft())
-            span -= gone[-1][0]
-        self._head = (self._head + len(gone)) % len(self._ring)
+        # The samples UsageWindow.add pops, in its order; their rows stay as they are until the
+        # next sample is pushed.
+        gone: list[tuple[float, np.ndarray]] = []
+        while len(dts) > 1 and span - dts[0] >= self.window_s - 1e-9:
+            old_dt = dts.popleft()
+            gone.append((old_dt, self._ring[self._head]))
+            self._head = (self._head + 1) % len(self._ring)
+            span -= old_dt
         self._span = span
-        total, sq, flat = self._sum.reshape(-1), self._sq.reshape(-1), v.reshape(-1)
+        total, sq = self._sum.reshape(-1), self._sq.reshape(-1)
         mean, self._std = np.zeros(self._shape), np.zeros(self._shape)
         update = KERNELS.window_update
         m, d = mean.reshape(-1), self._std.reshape(-1)
         if len(gone) <= 1:  # the common case, one pass: add the new sample, drop the old one, read
-            old_dt, old = gone[0] if gone else (0.0, v)
-            update(total, sq, flat, dt, True, old.reshape(-1), old_dt, bool(gone), span, m, d)
+            old_dt, old = gone[0] if gone else (0.0, flat)
+            update(total, sq, flat, dt, True, old, old_dt, bool(gone), span, m, d)
             return mean
         update(total, sq, flat, dt, True, flat, 0.0, False, -1.0, m, d)
         for i, (old_dt, old) in enumerate(gone):
-            update(total, sq, flat, 0.0, False, old.reshape(-1), old_dt, True,
-                   span if i == len(gone) - 1 else -1.0, m, d)
+            update(total, sq, flat, 0.0, False, old, old_dt, True, span if i == len(gone) - 1 else -1.0, m, d)
         return mean
 
     def std(self) -> np.ndarray:
@@ -333,8 +339,8 @@ class CompiledUsageWindow:
         samples' elementwise maximum in window order, ``np.max`` of their stack without the
         stack (:func:`_window_peak`)."""
         out = np.zeros(self._shape)
-        if self._samples:
-            KERNELS.window_peak(self._ring, self._head, len(self._samples), out.reshape(-1))
+        if self._dts:
+            KERNELS.window_peak(self._ring, self._head, len(self._dts), out.reshape(-1))
         return out
 
 
