@@ -41,7 +41,11 @@ node columns are kept per node and recomputed only for nodes whose version moved
 with the pod or the live signals are written in place into one block. Every value is computed
 by the same float64 operations as a fresh builder's, so cached and fresh features are the same
 bits. A cluster without GPUs skips the fragmentation model
-altogether (:meth:`FeatureBuilder.frag_model`): its fragmentation columns are 0 either way.
+altogether (:meth:`FeatureBuilder.frag_model`): its fragmentation columns are 0 either way. The
+per-pod columns and the windowed load are one compiled loop over the candidates
+(``features_kernel``, the same operations on the same operands, so the same bits; the numpy form,
+:meth:`FeatureBuilder._block_numpy`, stands in without numba): one path for the simulator, the
+evaluation and serving alike.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedsched.common.learning.features_kernel import KERNEL
 from fedsched.common.model.cluster import MAX_GPUS_PER_NODE, MILLI_PER_GPU, ClusterState, NodeTable, Pod
 from fedsched.common.model.fragmentation import (
     FragmentationModel,
@@ -375,8 +380,7 @@ class FeatureBuilder:
         cols = self._column_cache(fm)
         node_feats, aux, parts = cols.get(state, nodes)
         k = len(nodes)
-        cpu_left, gpu_left, cap_cpu, cap_mem = aux[0], aux[2], aux[5], aux[6]
-        tagged, n_tagged, frag_before = aux[10:]
+        cpu_left, gpu_left, frag_before = aux[0], aux[2], aux[12]
         if fm is not None:
             rows, gpus, delta, _ = placement_deltas(fm, cpu_left, state.gpu_free[nodes],
                                                     state.nodes.model[nodes], pod.cpu_nonzero, pod.num_gpu,
@@ -389,15 +393,51 @@ class FeatureBuilder:
             frag_removed = np.zeros(k)
         tel = state.telemetry or Telemetry.zeros(len(state.nodes))
         same = state.gpu_tag_pods[nodes, pod.gpu_tag] if pod.num_gpu else np.zeros(k)
-        load = node_load(state, nodes, with_peaks=True)
         r_cpu, r_mem, app_seen, cluster_cpu, cluster_mem = expected_use_ratios(state, pod)
+        request = np.array([pod.cpu, pod.mem, pod.gpu_request, pod.disk_io, pod.net], dtype=np.float64)
+        if KERNEL is not None:
+            measured = self._block_compiled(node_feats, state, pod, nodes, aux, request, frag_removed, tel,
+                                            same, r_cpu, r_mem)
+        else:
+            measured = self._block_numpy(node_feats, state, pod, nodes, aux, request, frag_removed, tel,
+                                         same, r_cpu, r_mem)
+        nt = state.nodes
+        # All nodes are alive outside the simulator's node churn: a view then, not a copy.
+        alive = slice(None) if state.alive.all() else state.alive
+        n_alive = len(nt) if isinstance(alive, slice) else int(alive.sum())
+        u = state.cpu_used[alive] / nt.cpu[alive]
+        gpu_total = float(nt.gpu[alive].sum()) * MILLI_PER_GPU
+        gpu_idle = float(state.gpu_free[alive].sum())
+        frag_rate = 0.0
+        if fm is not None and gpu_idle > 0 and k:
+            # Cluster-wide rate approximated on the candidates (cheap, and what the pod can see).
+            frag_rate = float(frag_before.sum() / max(gpu_left.sum(), 1.0))
+        context = np.array([
+            state.cpu_req[alive].sum() / max(nt.cpu[alive].sum(), 1),
+            state.mem_req[alive].sum() / max(nt.mem[alive].sum(), 1),
+            (gpu_total - gpu_idle) / gpu_total if gpu_total else 0.0,
+            frag_rate, *_mean_std(u),
+            np.log1p(max(tel.queue_len - 1, 0)),
+            (n_feasible if n_feasible is not None else k) / max(n_alive, 1),
+            np.log(max(n_alive, 1)) / 10.0, cluster_cpu, cluster_mem,
+        ], dtype=np.float32)
+        return Features(node_feats, self.pod_features(pod, (r_cpu, r_mem, app_seen)), context, measured)
+
+    @staticmethod
+    def _block_numpy(node_feats: np.ndarray, state: ClusterState, pod: Pod, nodes: np.ndarray,
+                     aux: np.ndarray, request: np.ndarray, frag_removed: np.ndarray, tel: Telemetry,
+                     same: np.ndarray, r_cpu: float, r_mem: float) -> np.ndarray:
+        """The columns that depend on the pod or on live signals (``_BLOCK``) written into
+        ``node_feats`` by numpy operations; the candidates' ``NodeLoad.measured``."""
+        k = len(nodes)
+        cpu_left, gpu_left, cap_cpu, cap_mem = aux[0], aux[2], aux[5], aux[6]
+        tagged, n_tagged = aux[10], aux[11]
+        load = node_load(state, nodes, with_peaks=True)
         exp_cpu = pod.cpu_nonzero * r_cpu / cap_cpu  # the pod's expected use, share of the node
         exp_mem = pod.mem_nonzero * r_mem / cap_mem
-        # The columns that depend on the pod or on live signals, as rows in _BLOCK's order, written in
-        # place (the same operations per element as one expression per column); the rest are the
-        # cache's, already in place.
+        # As rows in _BLOCK's order, written in place (the same operations per element as one
+        # expression per column); the rest are the column cache's, already in place.
         b = np.empty((len(_BLOCK), k))
-        request = np.array([pod.cpu, pod.mem, pod.gpu_request, pod.disk_io, pod.net], dtype=np.float64)
         np.subtract(aux[_LEFT], request[:, None], out=b[0:5])  # cpu/mem/gpu/io/net_after
         np.divide(b[0:5], aux[_CAP], out=b[0:5])
         np.divide(frag_removed, MILLI_PER_GPU, out=b[5])
@@ -425,28 +465,25 @@ class FeatureBuilder:
         np.add(load.mem_peak, exp_mem, out=b[24])
         np.subtract(1.0, b[24], out=b[24])
         node_feats[:, _BLOCK_INDEX] = b.T
+        return load.measured
+
+    @staticmethod
+    def _block_compiled(node_feats: np.ndarray, state: ClusterState, pod: Pod, nodes: np.ndarray,
+                        aux: np.ndarray, request: np.ndarray, frag_removed: np.ndarray, tel: Telemetry,
+                        same: np.ndarray, r_cpu: float, r_mem: float) -> np.ndarray:
+        """:meth:`_block_numpy` in one compiled loop (``features_kernel``): the same bits."""
+        live = state.telemetry  # node_load reads the windowed fields of this, by name, when present
+        cpu_peak, mem_peak = live.peaks() if hasattr(live, "peaks") else (None, None)
         nt = state.nodes
-        # All nodes are alive outside the simulator's node churn: a view then, not a copy.
-        alive = slice(None) if state.alive.all() else state.alive
-        n_alive = len(nt) if isinstance(alive, slice) else int(alive.sum())
-        u = state.cpu_used[alive] / nt.cpu[alive]
-        gpu_total = float(nt.gpu[alive].sum()) * MILLI_PER_GPU
-        gpu_idle = float(state.gpu_free[alive].sum())
-        frag_rate = 0.0
-        if fm is not None and gpu_idle > 0 and k:
-            # Cluster-wide rate approximated on the candidates (cheap, and what the pod can see).
-            frag_rate = float(frag_before.sum() / max(gpu_left.sum(), 1.0))
-        context = np.array([
-            state.cpu_req[alive].sum() / max(nt.cpu[alive].sum(), 1),
-            state.mem_req[alive].sum() / max(nt.mem[alive].sum(), 1),
-            (gpu_total - gpu_idle) / gpu_total if gpu_total else 0.0,
-            frag_rate, *_mean_std(u),
-            np.log1p(max(tel.queue_len - 1, 0)),
-            (n_feasible if n_feasible is not None else k) / max(n_alive, 1),
-            np.log(max(n_alive, 1)) / 10.0, cluster_cpu, cluster_mem,
-        ], dtype=np.float32)
-        return Features(node_feats, self.pod_features(pod, (r_cpu, r_mem, app_seen)), context,
-                        load.measured)
+        KERNEL(node_feats, _BLOCK_INDEX, nodes, aux, request, float(pod.cpu_nonzero), float(pod.gpu_request),
+               frag_removed, nt.cpu, nt.mem, state.cpu_used, state.mem_used,
+               _float_array(tel.cpu_trend), _float_array(tel.mem_trend), tel.overloaded,
+               np.log1p(tel.overload_count[nodes]), np.log1p(tel.oom_count[nodes]), same,
+               _field(live, "cpu_mean"), _field(live, "cpu_std"), _field(live, "mem_mean"),
+               _float_array(cpu_peak), _float_array(mem_peak),
+               pod.cpu_nonzero * r_cpu, pod.mem_nonzero * r_mem, HOT_THRESHOLD, float(MILLI_PER_GPU),
+               MAX_SPEC_CPU, MAX_SPEC_GPU)
+        return state.cpu_measured[nodes] & state.mem_measured[nodes]
 
     def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
         """The GPU(s) for ``pod`` on ``node``: FGD's rule for sharing pods when possible."""
@@ -473,6 +510,20 @@ class FeatureBuilder:
                                                 state.gpu_free[one], state.nodes.model[one],
                                                 pod.cpu_nonzero, pod.num_gpu, pod.gpu_milli)
         return int(best_per_node(1, rows, gpus, delta)[1][0])
+
+
+_ABSENT = np.zeros(0)
+
+
+def _float_array(arr: np.ndarray | None) -> np.ndarray:
+    """``arr`` as float64 (itself when it is; ``_ABSENT``, empty, when None: the kernel's "no field")."""
+    return _ABSENT if arr is None else np.asarray(arr, dtype=np.float64)
+
+
+def _field(telemetry: object, name: str) -> np.ndarray:
+    """A windowed field of ``telemetry`` as :func:`~fedsched.common.schedulers.load_stats.node_load`
+    reads it (by name; absent or None: ``_ABSENT``)."""
+    return _float_array(getattr(telemetry, name, None))
 
 
 def _mean_std(u: np.ndarray) -> tuple[float, float]:

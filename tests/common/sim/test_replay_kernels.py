@@ -1,7 +1,8 @@
 """The compiled loops of the replay engine (numba: ``sim/replay/usage_kernel.py`` for the usage
 tick and the telemetry window, ``schedulers/kube_default_kernel.py`` for kube-default's pass
-over the nodes) give bit-identical runs: the same metrics, counters, per-tick series and
-latencies as the numpy forms they replace, for the same seed, and the same throttled CPU per pod."""
+over the nodes, ``learning/features_kernel.py`` for a learned policy's per-candidate features)
+give bit-identical runs: the same metrics, counters, per-tick series and latencies as the numpy
+forms they replace, for the same seed, and the same throttled CPU per pod."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import math
 import numpy as np
 import pytest
 
+from fedsched.common.learning import features as features_module
 from fedsched.common.model.cluster import ClusterState
 from fedsched.common.model.load_metrics import UsageWindow
 from fedsched.common.model.synthetic import generate_cluster
@@ -30,6 +32,7 @@ def _numpy_forms(monkeypatch: pytest.MonkeyPatch, shortcut: bool) -> None:
     """The numpy forms everywhere; without ``shortcut`` also no ``top_nodes`` (``rank``'s path)."""
     monkeypatch.setattr(sim_module, "KERNELS", None)
     monkeypatch.setattr(kd, "top_kernel", None)
+    monkeypatch.setattr(features_module, "KERNEL", None)
     if not shortcut:
         monkeypatch.delattr(KubeDefault, "top_nodes")
 
@@ -69,6 +72,8 @@ CASES = [
     # the online policy: each decision reads its application's observed use (app_usage) and the
     # windowed peaks, so a bit astray in either moves its placements and the metrics
     ("web", dict(n_nodes=6, n_pods=1500, **WEB), "learned-online", dict(target_load=0.95)),
+    # ... and on GPUs (fragmentation, GPU tags; features_kernel's columns)
+    ("gpu", dict(n_nodes=12, n_pods=300), "learned-online", dict(target_load=0.85, time_compression=20.0)),
 ]
 
 
