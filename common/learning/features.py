@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsched.common.learning.features_kernel import KERNEL
+from fedsched.common.learning.features_kernel import GATHER, KERNEL
 from fedsched.common.model.cluster import MAX_GPUS_PER_NODE, MILLI_PER_GPU, ClusterState, NodeTable, Pod
 from fedsched.common.model.fragmentation import (
     FragmentationModel,
@@ -254,6 +254,8 @@ class NodeColumnCache:
             self._rows = np.zeros((n, len(NODE_FEATURES)), dtype=np.float32)
             self._aux = np.zeros((len(_AUX), n))
         parts = self.frag.get(state, nodes) if self.frag is not None else None
+        if GATHER is not None:
+            return self._get_compiled(state, nodes, parts)
         at = np.flatnonzero(self._version[nodes] != state.version[nodes])
         if len(at):
             stale = nodes[at]
@@ -263,6 +265,23 @@ class NodeColumnCache:
             else:
                 self._refresh_few(state, stale.tolist(), frag_before.tolist())
         return self._rows.take(nodes, axis=0), self._aux.take(nodes, axis=1), parts
+
+    def _get_compiled(self, state: ClusterState, nodes: np.ndarray, parts: tuple[np.ndarray, ...] | None
+                      ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...] | None]:
+        """:meth:`get`'s refresh and copy in one compiled pass (``features_kernel.GATHER``)."""
+        k, nt = len(nodes), state.nodes
+        rows, aux = np.empty((k, len(NODE_FEATURES)), dtype=np.float32), np.empty((len(_AUX), k))
+        frag_f = parts[3] if parts is not None else _ABSENT
+        while True:
+            short = GATHER(nodes, self._version, state.version, self._rows, self._aux, nt.cpu, nt.mem, nt.gpu,
+                           nt.disk_io, nt.net, state.cpu_req, state.mem_req, state.io_req, state.net_req,
+                           state.gpu_free, state.gpu_tag_pods, state.n_pods, frag_f, self._log_pods, rows,
+                           aux,
+                           _REQUEST_HEAD.stop, _FRAG_BEFORE, _PODS_ON_NODE, float(MILLI_PER_GPU),
+                           float(MAX_GPUS_PER_NODE), MAX_SPEC_CPU, MAX_SPEC_MEM_MIB)
+            if short < 0:
+                return rows, aux, parts
+            self._pods_column(np.array([short]))  # the log1p table grows; nothing was changed
 
     def _pods_column(self, n_pods: np.ndarray) -> np.ndarray:
         """``log1p(pods) / 5`` from a table computed by numpy's ``log1p`` (the same bits as numpy's

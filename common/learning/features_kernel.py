@@ -109,13 +109,93 @@ def _node_block(rows: np.ndarray, cols: np.ndarray, nodes: np.ndarray, aux: np.n
             rows[i, cols[j]] = b[j]
 
 
+def _gather_columns(nodes: np.ndarray, cached: np.ndarray, version: np.ndarray, rows_c: np.ndarray,
+                    aux_c: np.ndarray, node_cpu: np.ndarray, node_mem: np.ndarray, node_gpu: np.ndarray,
+                    node_io: np.ndarray, node_net: np.ndarray, cpu_req: np.ndarray, mem_req: np.ndarray,
+                    io_req: np.ndarray, net_req: np.ndarray, gpu_free: np.ndarray, tag_pods: np.ndarray,
+                    n_pods: np.ndarray, frag_f: np.ndarray, log_pods: np.ndarray, rows_out: np.ndarray,
+                    aux_out: np.ndarray, head: int, frag_col: int, pods_col: int, milli_per_gpu: float,
+                    max_gpus: float, max_spec_cpu: float, max_spec_mem: float) -> int:
+    """``NodeColumnCache.get`` after its frag parts: refresh each candidate whose version moved
+    (``_refresh_few``'s scalar operations: the same bits), then copy the cached rows and aux
+    columns of ``nodes`` into ``rows_out`` / ``aux_out``. ``frag_f`` is each candidate's FGD
+    fragmentation (empty: no model, 0). Returns -1, or, having changed nothing, the pod count of a
+    stale node the ``log_pods`` table is too short for."""
+    k = len(nodes)
+    for i in range(k):
+        n = nodes[i]
+        if cached[n] != version[n] and n_pods[n] >= len(log_pods):
+            return n_pods[n]
+    free = np.empty(gpu_free.shape[1], dtype=np.int64)
+    for i in range(k):
+        n = nodes[i]
+        if cached[n] != version[n]:
+            cap_cpu, cap_mem, n_gpu = float(node_cpu[n]), float(node_mem[n]), float(node_gpu[n])
+            gpu_cap = max(n_gpu * milli_per_gpu, 1.0)
+            cpu_left = float(node_cpu[n] - cpu_req[n])
+            mem_left = float(node_mem[n] - mem_req[n])
+            g = 0
+            for j in range(gpu_free.shape[1]):  # insertion sort, descending
+                f = gpu_free[n, j]
+                g += f
+                m = j
+                while m > 0 and free[m - 1] < f:
+                    free[m] = free[m - 1]
+                    m -= 1
+                free[m] = f
+            gpu_left = float(g)
+            tagged = 0
+            for j in range(tag_pods.shape[1]):
+                tagged += tag_pods[n, j]
+            disk_io, net = float(node_io[n]), float(node_net[n])
+            frag_before = frag_f[i] if len(frag_f) else 0.0
+            aux_c[0, n] = cpu_left
+            aux_c[1, n] = mem_left
+            aux_c[2, n] = gpu_left
+            aux_c[3, n] = disk_io - float(io_req[n])
+            aux_c[4, n] = net - float(net_req[n])
+            aux_c[5, n] = cap_cpu
+            aux_c[6, n] = cap_mem
+            aux_c[7, n] = gpu_cap
+            aux_c[8, n] = _py_max(disk_io, 1.0)
+            aux_c[9, n] = _py_max(net, 1.0)
+            aux_c[10, n] = float(tagged)
+            aux_c[11, n] = float(max(tagged, 1))
+            aux_c[12, n] = frag_before
+            rows_c[n, 0] = cpu_left / cap_cpu
+            rows_c[n, 1] = mem_left / cap_mem
+            rows_c[n, 2] = gpu_left / gpu_cap
+            rows_c[n, 3] = 1.0 if n_gpu > 0 else 0.0
+            rows_c[n, 4] = n_gpu / max_gpus
+            rows_c[n, 5] = cap_cpu / max_spec_cpu
+            rows_c[n, 6] = cap_mem / max_spec_mem
+            for j in range(head - 7):
+                rows_c[n, 7 + j] = float(free[j]) / milli_per_gpu
+            rows_c[n, frag_col] = frag_before / gpu_cap
+            rows_c[n, pods_col] = log_pods[n_pods[n]]
+            cached[n] = version[n]
+        for j in range(rows_c.shape[1]):
+            rows_out[i, j] = rows_c[n, j]
+        for j in range(aux_c.shape[0]):
+            aux_out[j, i] = aux_c[j, n]
+    return -1
+
+
+def _py_max(a: float, b: float) -> float:
+    """Python's ``max(a, b)`` of two floats: ``b`` only when it is larger (a NaN ``a`` stays)."""
+    return b if b > a else a
+
+
 KERNEL: Callable[..., None] | None
+GATHER: Callable[..., int] | None
 try:
     import numba
-except ImportError:  # pragma: no cover - numba is a dependency; features.py's numpy form stands in
-    KERNEL = None
+except ImportError:  # pragma: no cover - numba is a dependency; features.py's numpy forms stand in
+    KERNEL = GATHER = None
 else:
     # error_model="numpy": a division by zero gives inf or NaN, as numpy's, instead of raising
     _fallback = numba.njit(cache=True, inline="always", error_model="numpy")(_fallback)
     _np_maximum = numba.njit(cache=True, inline="always", error_model="numpy")(_np_maximum)
+    _py_max = numba.njit(cache=True, inline="always", error_model="numpy")(_py_max)
     KERNEL = numba.njit(cache=True, error_model="numpy")(_node_block)
+    GATHER = numba.njit(cache=True, error_model="numpy")(_gather_columns)

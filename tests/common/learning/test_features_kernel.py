@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fedsched.common.learning import features as features_module
 from fedsched.common.learning import features_kernel
-from fedsched.common.learning.features import _AUX, _BLOCK, FeatureBuilder, Features, Telemetry
+from fedsched.common.learning.features import _AUX, _BLOCK, NODE_FEATURES, FeatureBuilder, Features, Telemetry
 from fedsched.common.model.cluster import ClusterState, Pod
 from fedsched.common.schedulers.base import default_gpu_choice
 from tests.common.learning.test_feature_cache import NODES, POOL, TYPICAL
@@ -24,14 +24,12 @@ def _bits(f: Features) -> tuple[bytes, ...]:
     return (f.nodes.tobytes(), f.pod.tobytes(), f.context.tobytes(), f.use_measured.tobytes())
 
 
-def _both(state: ClusterState, pod: Pod, nodes: np.ndarray, typical: bool) -> tuple[Features, Features]:
-    """The features of fresh builders, compiled and numpy."""
-    assert features_kernel.KERNEL is not None, "numba is a dependency"
-    compiled = FeatureBuilder(TYPICAL if typical else None).build(state, pod, nodes)
+def _numpy_build(builder: FeatureBuilder, state: ClusterState, pod: Pod, nodes: np.ndarray) -> Features:
+    """``builder.build`` on the numpy forms."""
     with pytest.MonkeyPatch.context() as m:  # not the fixture: hypothesis runs many examples per test
         m.setattr(features_module, "KERNEL", None)
-        numpy_form = FeatureBuilder(TYPICAL if typical else None).build(state, pod, nodes)
-    return compiled, numpy_form
+        m.setattr(features_module, "GATHER", None)
+        return builder.build(state, pod, nodes)
 
 
 def test_the_kernels_rows_are_the_builders():
@@ -72,8 +70,13 @@ def telemetry(draw: st.DrawFn) -> Telemetry | None:
 @given(st.lists(st.integers(0, 10**6), min_size=1, max_size=12), telemetry(), st.booleans(),
        st.sampled_from(["requests", "measured"]))
 def test_compiled_columns_are_the_numpy_forms_bits(draws, tel, typical, source):
+    """Builders kept across pods (the compiled gather refreshes the nodes that moved, the numpy form
+    in Python scalars or numpy) and fresh ones, compiled and numpy, all build the same bits."""
+    assert features_kernel.KERNEL is not None and features_kernel.GATHER is not None, "numba is a dependency"
     state = ClusterState(NODES, use_source=source)
     state.telemetry = tel
+    typ = TYPICAL if typical else None
+    warm_compiled, warm_numpy = FeatureBuilder(typ), FeatureBuilder(typ)
     for r in draws:
         rng = np.random.default_rng(r)
         pod = Pod.from_table(POOL, int(rng.integers(len(POOL))))
@@ -84,8 +87,26 @@ def test_compiled_columns_are_the_numpy_forms_bits(draws, tel, typical, source):
             node = int(rng.integers(len(NODES)))
             state.set_measured_use(node, cpu=float(rng.uniform(0, 1.3 * NODES.cpu[node])),
                                    mem=float(rng.uniform(0, NODES.mem[node])))
-        compiled, numpy_form = _both(state, pod, fits, typical)
-        assert _bits(compiled) == _bits(numpy_form)
-        node = int(rng.choice(fits))
-        state.allocate(node, pod, default_gpu_choice(state, pod, node))
+        want = _bits(_numpy_build(FeatureBuilder(typ), state, pod, fits))
+        assert _bits(FeatureBuilder(typ).build(state, pod, fits)) == want
+        assert _bits(warm_compiled.build(state, pod, fits)) == want
+        assert _bits(_numpy_build(warm_numpy, state, pod, fits)) == want
+        for _ in range(int(rng.integers(1, 4))):  # one to three binds: the few-stale-nodes paths
+            fits = np.flatnonzero(state.feasible(pod))
+            if len(fits):
+                node = int(rng.choice(fits))
+                state.allocate(node, pod, default_gpu_choice(state, pod, node))
 
+
+def test_the_pods_log_table_grows_for_a_crowded_node():
+    """A node with more pods than the compiled gather's log1p table holds: the table grows and the
+    column is numpy's ``log1p(pods) / 5``."""
+    state = ClusterState(NODES, use_source="requests")
+    tiny = Pod(0, 1, 1, 0, 0, 0, 1)
+    builder = FeatureBuilder(None)
+    builder.build(state, tiny, np.arange(len(NODES)))
+    for _ in range(300):
+        state.allocate(3, tiny, ())
+    f = builder.build(state, tiny, np.array([3]))
+    assert f.nodes[0, NODE_FEATURES.index("pods_on_node")] == np.float32(np.log1p(300.0) / 5.0)
+    assert _bits(f) == _bits(_numpy_build(FeatureBuilder(None), state, tiny, np.array([3])))
