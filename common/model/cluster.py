@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedsched.common.model.fit_kernel import FIT_KERNEL
+
 MILLI_PER_GPU = 1000
 MAX_GPUS_PER_NODE = 8
 # kube-scheduler's GetNonzeroRequests: a container without requests counts as 100m CPU
@@ -411,6 +413,13 @@ class ClusterState:
                 cache.clear()
             seen = self.version.copy()
             hit = cache[key] = (self.fits(pod, None), seen)
+        elif FIT_KERNEL is not None:
+            out = np.empty(len(self.version), dtype=bool)
+            nt = self.nodes
+            FIT_KERNEL(hit[0], hit[1], self.version, self.alive, nt.cpu, self.cpu_req, nt.mem, self.mem_req,
+                       nt.model, self.gpu_free, pod.cpu, pod.mem, pod.num_gpu, pod.gpu_milli, pod.spec_mask,
+                       pod.is_gpu_share, MILLI_PER_GPU, out)
+            return out
         else:
             fits, seen = hit
             stale = np.flatnonzero(seen != self.version)
