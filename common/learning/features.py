@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsched.common.learning.features_kernel import GATHER, KERNEL
+from fedsched.common.learning.features_kernel import GATHER, KERNEL, TOTALS
 from fedsched.common.model.cluster import MAX_GPUS_PER_NODE, MILLI_PER_GPU, ClusterState, NodeTable, Pod
 from fedsched.common.model.fragmentation import (
     FragmentationModel,
@@ -162,30 +162,54 @@ class Features:
     use_measured: np.ndarray | None = None
 
 
-def cluster_use_ratios(state: ClusterState) -> tuple[float, float]:
+# The integer totals over a cluster's alive nodes (cluster_totals), in order.
+TOTALS_FIELDS = ("alive", "cpu_req", "mem_req", "cpu", "mem", "gpu", "gpu_free", "cpu_req_nz_measured",
+                 "mem_req_nz_measured", "cpu_measured", "mem_measured")
+
+
+def cluster_totals(state: ClusterState) -> np.ndarray:
+    """The integer totals of ``TOTALS_FIELDS`` over the alive nodes (int64): alive nodes, their
+    requests, capacities, GPUs and free GPU milli, and the non-zero requests and the count of the
+    alive nodes whose CPU / memory use is measured. Exact, so the compiled pass
+    (``features_kernel.TOTALS``) and numpy's sums are the same numbers."""
+    out = np.zeros(len(TOTALS_FIELDS), dtype=np.int64)
+    if TOTALS is not None:
+        TOTALS(state.alive, state.cpu_req, state.mem_req, state.cpu_req_nz, state.mem_req_nz,
+               state.cpu_measured, state.mem_measured, state.nodes.cpu, state.nodes.mem, state.nodes.gpu,
+               state.gpu_free, out)
+        return out
+    a, nt = state.alive, state.nodes
+    cm, mm = state.cpu_measured & a, state.mem_measured & a
+    out[:] = (a.sum(), state.cpu_req[a].sum(), state.mem_req[a].sum(), nt.cpu[a].sum(), nt.mem[a].sum(),
+              nt.gpu[a].sum(), state.gpu_free[a].sum(), state.cpu_req_nz[cm].sum(),
+              state.mem_req_nz[mm].sum(), cm.sum(), mm.sum())
+    return out
+
+
+def cluster_use_ratios(state: ClusterState, totals: np.ndarray | None = None) -> tuple[float, float]:
     """What the measured alive nodes use relative to the non-zero requests counted on them,
-    ``(CPU, memory)``; 1.0 for a resource no alive node measures (its use is its requests)."""
+    ``(CPU, memory)``; 1.0 for a resource no alive node measures (its use is its requests).
+    ``totals``: :func:`cluster_totals` of the state, when the caller has them."""
+    t = cluster_totals(state) if totals is None else totals
     out = []
-    all_alive = bool(state.alive.all())
-    for used, req, measured in ((state.cpu_used, state.cpu_req_nz, state.cpu_measured),
-                                (state.mem_used, state.mem_req_nz, state.mem_measured)):
-        if all_alive and measured.all():  # every node: the sums of the whole arrays, the same bits
-            total, use = float(req.sum()), float(used.sum())
+    for used, measured, total, count in ((state.cpu_used, state.cpu_measured, t[7], t[9]),
+                                         (state.mem_used, state.mem_measured, t[8], t[10])):
+        if count == len(used):  # every node alive and measured: the whole array's sum, the same bits
+            use = float(used.sum())
         else:
-            m = measured & state.alive
-            total = float(req[m].sum()) if m.any() else 0.0
-            use = float(used[m].sum())
-        out.append(min(use / total, MAX_USE_RATIO) if total > 0 else 1.0)
+            use = float(used[measured & state.alive].sum()) if count else 0.0
+        out.append(min(use / float(total), MAX_USE_RATIO) if total > 0 else 1.0)
     return out[0], out[1]
 
 
-def expected_use_ratios(state: ClusterState, pod: Pod) -> tuple[float, float, bool, float, float]:
+def expected_use_ratios(state: ClusterState, pod: Pod, totals: np.ndarray | None = None
+                        ) -> tuple[float, float, bool, float, float]:
     """A new pod's expected use relative to its (non-zero) requests, CPU and memory.
 
     Its application's observed ratio (``telemetry.app_usage``) where its siblings run, else
-    the cluster's (:func:`cluster_use_ratios`). Returns ``(cpu, mem, from_app, cluster_cpu,
-    cluster_mem)``; ratios are clipped to ``[0, MAX_USE_RATIO]``."""
-    cluster_cpu, cluster_mem = cluster_use_ratios(state)
+    the cluster's (:func:`cluster_use_ratios`; ``totals`` as there). Returns ``(cpu, mem, from_app,
+    cluster_cpu, cluster_mem)``; ratios are clipped to ``[0, MAX_USE_RATIO]``."""
+    cluster_cpu, cluster_mem = cluster_use_ratios(state, totals)
     fn = getattr(state.telemetry, "app_usage", None)
     seen = fn(pod.app) if fn is not None and pod.app >= 0 else None
     if seen is None:
@@ -412,7 +436,8 @@ class FeatureBuilder:
             frag_removed = np.zeros(k)
         tel = state.telemetry or Telemetry.zeros(len(state.nodes))
         same = state.gpu_tag_pods[nodes, pod.gpu_tag] if pod.num_gpu else np.zeros(k)
-        r_cpu, r_mem, app_seen, cluster_cpu, cluster_mem = expected_use_ratios(state, pod)
+        totals = cluster_totals(state)
+        r_cpu, r_mem, app_seen, cluster_cpu, cluster_mem = expected_use_ratios(state, pod, totals)
         request = np.array([pod.cpu, pod.mem, pod.gpu_request, pod.disk_io, pod.net], dtype=np.float64)
         if KERNEL is not None:
             measured = self._block_compiled(node_feats, state, pod, nodes, aux, request, frag_removed, tel,
@@ -421,19 +446,19 @@ class FeatureBuilder:
             measured = self._block_numpy(node_feats, state, pod, nodes, aux, request, frag_removed, tel,
                                          same, r_cpu, r_mem)
         nt = state.nodes
+        n_alive = int(totals[0])
         # All nodes are alive outside the simulator's node churn: a view then, not a copy.
-        alive = slice(None) if state.alive.all() else state.alive
-        n_alive = len(nt) if isinstance(alive, slice) else int(alive.sum())
+        alive = slice(None) if n_alive == len(nt) else state.alive
         u = state.cpu_used[alive] / nt.cpu[alive]
-        gpu_total = float(nt.gpu[alive].sum()) * MILLI_PER_GPU
-        gpu_idle = float(state.gpu_free[alive].sum())
+        gpu_total = float(totals[5]) * MILLI_PER_GPU
+        gpu_idle = float(totals[6])
         frag_rate = 0.0
         if fm is not None and gpu_idle > 0 and k:
             # Cluster-wide rate approximated on the candidates (cheap, and what the pod can see).
             frag_rate = float(frag_before.sum() / max(gpu_left.sum(), 1.0))
         context = np.array([
-            state.cpu_req[alive].sum() / max(nt.cpu[alive].sum(), 1),
-            state.mem_req[alive].sum() / max(nt.mem[alive].sum(), 1),
+            totals[1] / max(totals[3], 1),
+            totals[2] / max(totals[4], 1),
             (gpu_total - gpu_idle) / gpu_total if gpu_total else 0.0,
             frag_rate, *_mean_std(u),
             np.log1p(max(tel.queue_len - 1, 0)),

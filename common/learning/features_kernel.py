@@ -181,6 +181,32 @@ def _gather_columns(nodes: np.ndarray, cached: np.ndarray, version: np.ndarray, 
     return -1
 
 
+def _totals(alive: np.ndarray, cpu_req: np.ndarray, mem_req: np.ndarray, cpu_req_nz: np.ndarray,
+            mem_req_nz: np.ndarray, cpu_measured: np.ndarray, mem_measured: np.ndarray, node_cpu: np.ndarray,
+            node_mem: np.ndarray, node_gpu: np.ndarray, gpu_free: np.ndarray, out: np.ndarray) -> None:
+    """The cluster's integer totals over its alive nodes into ``out`` (``features.TOTALS`` order):
+    integers, so any order of addition gives numpy's sums."""
+    for j in range(len(out)):
+        out[j] = 0
+    for n in range(len(alive)):
+        if not alive[n]:
+            continue
+        out[0] += 1
+        out[1] += cpu_req[n]
+        out[2] += mem_req[n]
+        out[3] += node_cpu[n]
+        out[4] += node_mem[n]
+        out[5] += node_gpu[n]
+        for j in range(gpu_free.shape[1]):
+            out[6] += gpu_free[n, j]
+        if cpu_measured[n]:
+            out[7] += cpu_req_nz[n]
+            out[9] += 1
+        if mem_measured[n]:
+            out[8] += mem_req_nz[n]
+            out[10] += 1
+
+
 def _py_max(a: float, b: float) -> float:
     """Python's ``max(a, b)`` of two floats: ``b`` only when it is larger (a NaN ``a`` stays)."""
     return b if b > a else a
@@ -188,10 +214,11 @@ def _py_max(a: float, b: float) -> float:
 
 KERNEL: Callable[..., None] | None
 GATHER: Callable[..., int] | None
+TOTALS: Callable[..., None] | None
 try:
     import numba
 except ImportError:  # pragma: no cover - numba is a dependency; features.py's numpy forms stand in
-    KERNEL = GATHER = None
+    KERNEL = GATHER = TOTALS = None
 else:
     # error_model="numpy": a division by zero gives inf or NaN, as numpy's, instead of raising
     _fallback = numba.njit(cache=True, inline="always", error_model="numpy")(_fallback)
@@ -199,3 +226,4 @@ else:
     _py_max = numba.njit(cache=True, inline="always", error_model="numpy")(_py_max)
     KERNEL = numba.njit(cache=True, error_model="numpy")(_node_block)
     GATHER = numba.njit(cache=True, error_model="numpy")(_gather_columns)
+    TOTALS = numba.njit(cache=True)(_totals)

@@ -29,6 +29,7 @@ def _numpy_build(builder: FeatureBuilder, state: ClusterState, pod: Pod, nodes: 
     with pytest.MonkeyPatch.context() as m:  # not the fixture: hypothesis runs many examples per test
         m.setattr(features_module, "KERNEL", None)
         m.setattr(features_module, "GATHER", None)
+        m.setattr(features_module, "TOTALS", None)
         return builder.build(state, pod, nodes)
 
 
@@ -71,8 +72,10 @@ def telemetry(draw: st.DrawFn) -> Telemetry | None:
        st.sampled_from(["requests", "measured"]))
 def test_compiled_columns_are_the_numpy_forms_bits(draws, tel, typical, source):
     """Builders kept across pods (the compiled gather refreshes the nodes that moved, the numpy form
-    in Python scalars or numpy) and fresh ones, compiled and numpy, all build the same bits."""
-    assert features_kernel.KERNEL is not None and features_kernel.GATHER is not None, "numba is a dependency"
+    in Python scalars or numpy) and fresh ones, compiled and numpy, all build the same bits, with
+    nodes down or not (the context's totals over the alive nodes)."""
+    k = features_kernel
+    assert k.KERNEL is not None and k.GATHER is not None and k.TOTALS is not None, "numba is a dependency"
     state = ClusterState(NODES, use_source=source)
     state.telemetry = tel
     typ = TYPICAL if typical else None
@@ -91,6 +94,8 @@ def test_compiled_columns_are_the_numpy_forms_bits(draws, tel, typical, source):
         assert _bits(FeatureBuilder(typ).build(state, pod, fits)) == want
         assert _bits(warm_compiled.build(state, pod, fits)) == want
         assert _bits(_numpy_build(warm_numpy, state, pod, fits)) == want
+        if rng.random() < 0.2:  # a node goes down or comes back (the simulator's churn)
+            state.alive[int(rng.integers(len(NODES)))] ^= True
         for _ in range(int(rng.integers(1, 4))):  # one to three binds: the few-stale-nodes paths
             fits = np.flatnonzero(state.feasible(pod))
             if len(fits):
@@ -110,3 +115,25 @@ def test_the_pods_log_table_grows_for_a_crowded_node():
     f = builder.build(state, tiny, np.array([3]))
     assert f.nodes[0, NODE_FEATURES.index("pods_on_node")] == np.float32(np.log1p(300.0) / 5.0)
     assert _bits(f) == _bits(_numpy_build(FeatureBuilder(None), state, tiny, np.array([3])))
+
+
+def test_cluster_totals_are_numpys_sums_over_the_alive_nodes():
+    state = ClusterState(NODES, use_source="requests")
+    rng = np.random.default_rng(5)
+    for _ in range(30):
+        pod = Pod.from_table(POOL, int(rng.integers(len(POOL))))
+        fits = np.flatnonzero(state.feasible(pod))
+        if len(fits):
+            node = int(rng.choice(fits))
+            state.allocate(node, pod, default_gpu_choice(state, pod, node))
+        state.alive[int(rng.integers(len(NODES)))] ^= bool(rng.random() < 0.3)
+        if rng.random() < 0.3:
+            state.set_measured_use(int(rng.integers(len(NODES))), cpu=1.0)
+        got = features_module.cluster_totals(state)
+        a = state.alive
+        cm = a & state.cpu_measured
+        assert got.tolist() == [int(a.sum()), int(state.cpu_req[a].sum()), int(state.mem_req[a].sum()),
+                                int(NODES.cpu[a].sum()), int(NODES.mem[a].sum()), int(NODES.gpu[a].sum()),
+                                int(state.gpu_free[a].sum()), int(state.cpu_req_nz[cm].sum()),
+                                int(state.mem_req_nz[a & state.mem_measured].sum()), int(cm.sum()),
+                                int((a & state.mem_measured).sum())]
