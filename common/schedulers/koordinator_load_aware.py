@@ -55,7 +55,7 @@ import numpy as np
 
 from fedsched.common.model.cluster import ClusterState, Pod
 from fedsched.common.schedulers.base import Scheduler, SchedulerArgs, check_int
-from fedsched.common.schedulers.load_stats import node_load
+from fedsched.common.schedulers.load_stats import node_age
 from fedsched.common.schedulers.target_load_packing import go_round
 
 MAX_NODE_SCORE = 100  # k8s.io/kube-scheduler framework MaxNodeScore
@@ -168,20 +168,25 @@ class KoordinatorLoadAware(Scheduler):
 
     def refused(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         """The nodes upstream's Filter refuses (usage above a threshold, or expired metrics)."""
+        return self._refused(state, nodes, node_age(state, nodes), *self.estimated_usage(state, pod, nodes))
+
+    def _refused(self, state: ClusterState, nodes: np.ndarray, age: np.ndarray, cpu: np.ndarray,
+                 mem: np.ndarray) -> np.ndarray:
         a = self.args
-        age = node_load(state, nodes).age_s
         missing = np.isposinf(age)
         expired = ~missing & (age >= a.node_metric_expiration_seconds)
-        cpu, mem = self.estimated_usage(state, pod, nodes)
         hot = (usage_exceeds(cpu, state.nodes.cpu[nodes], a.cpu_usage_threshold)
                | usage_exceeds(mem, state.nodes.mem[nodes].astype(np.int64) * MIB, a.memory_usage_threshold))
         return expired | (~missing & hot)
 
     def upstream_score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         """Upstream Score (0..100): 0 for a node without metrics or with expired metrics."""
-        a = self.args
-        age = node_load(state, nodes).age_s
         cpu, mem = self.estimated_usage(state, pod, nodes)
+        return self._upstream_score(state, nodes, node_age(state, nodes), cpu, mem)
+
+    def _upstream_score(self, state: ClusterState, nodes: np.ndarray, age: np.ndarray, cpu: np.ndarray,
+                        mem: np.ndarray) -> np.ndarray:
+        a = self.args
         caps = [state.nodes.cpu[nodes].astype(np.int64), state.nodes.mem[nodes].astype(np.int64) * MIB]
         weights = [a.cpu_weight, a.memory_weight]
         score = load_aware_score([cpu, mem], caps, weights, a.dominant_resource_weight)
@@ -189,5 +194,8 @@ class KoordinatorLoadAware(Scheduler):
         return np.where(stale, 0, score)
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
-        s = self.upstream_score(state, pod, nodes).astype(np.float64)
-        return np.where(self.refused(state, pod, nodes), s - REFUSED_OFFSET, s)
+        # Filter and Score read the same metrics and estimate: computed once (nothing here writes them).
+        age = node_age(state, nodes)
+        cpu, mem = self.estimated_usage(state, pod, nodes)
+        s = self._upstream_score(state, nodes, age, cpu, mem).astype(np.float64)
+        return np.where(self._refused(state, nodes, age, cpu, mem), s - REFUSED_OFFSET, s)

@@ -69,6 +69,11 @@ def _peak(state: ClusterState, which: int, nodes: np.ndarray, mean: np.ndarray) 
     return np.maximum(np.where(np.isnan(v), mean, v), mean)
 
 
+def node_age(state: ClusterState, nodes: np.ndarray) -> np.ndarray:
+    """``node_load(state, nodes).age_s`` alone (Koordinator reads nothing else)."""
+    return _field(state, "metrics_age_s", nodes, np.zeros(len(nodes)))
+
+
 def node_load(state: ClusterState, nodes: np.ndarray, with_peaks: bool = False) -> NodeLoad:
     """The measured load of ``nodes`` with the fallbacks of the module docstring; the peaks
     only ``with_peaks`` (else the means: the baselines do not read them, and a source may
@@ -86,6 +91,6 @@ def node_load(state: ClusterState, nodes: np.ndarray, with_peaks: bool = False) 
         mem_std=_field(state, "mem_std", nodes, zero),
         cpu_peak=_peak(state, 0, nodes, cpu_mean) if with_peaks else cpu_mean,
         mem_peak=_peak(state, 1, nodes, mem_mean) if with_peaks else mem_mean,
-        age_s=_field(state, "metrics_age_s", nodes, zero),
+        age_s=node_age(state, nodes),
         measured=state.cpu_measured[nodes] & state.mem_measured[nodes],
     )

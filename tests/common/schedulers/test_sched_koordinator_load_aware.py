@@ -222,3 +222,28 @@ def test_stale_node_is_refused_and_a_never_seen_node_scores_zero():
     # node 0: expired -> refused, score 0; node 1: no metrics -> kept, score 0; node 2: hot -> refused
     np.testing.assert_array_equal(KoordinatorLoadAware().score(st, p, all_nodes(st)),
                                   [-REFUSED_OFFSET, 0, 55 - REFUSED_OFFSET])
+
+
+def test_score_is_upstream_score_with_the_refused_nodes_offset():
+    """``score`` computes the metrics' age and the estimate once for Filter and Score: the same
+    numbers as upstream's Score with Filter's refused nodes offset, over random use, ages (fresh,
+    expired, never seen, unknown) and arguments."""
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        n = int(rng.integers(1, 12))
+        st = state(cpu=rng.integers(1, 64, n) * CPU, mem=rng.integers(1, 256, n) * GI)
+        st.cpu_used[:] = rng.uniform(0, 1.2, n) * st.nodes.cpu
+        st.mem_used[:] = rng.uniform(0, 1.2, n) * st.nodes.mem
+        ages = rng.choice([0.0, 30.0, 179.0, 180.0, 500.0, math.inf, math.nan], n)
+        st.telemetry = dataclasses.replace(Telemetry.zeros(n), metrics_age_s=ages)
+        if rng.random() < 0.2:
+            st.telemetry = None
+        k = sched(cpu_usage_threshold=int(rng.integers(0, 100)),
+                  memory_usage_threshold=int(rng.integers(0, 100)),
+                  cpu_weight=int(rng.integers(0, 3)), memory_weight=int(rng.integers(1, 3)),
+                  dominant_resource_weight=int(rng.integers(0, 2)))
+        p = pod(cpu=int(rng.integers(0, 8000)), mem=int(rng.integers(0, 16 * GI)))
+        nodes = all_nodes(st)
+        s = k.upstream_score(st, p, nodes).astype(np.float64)
+        want = np.where(k.refused(st, p, nodes), s - REFUSED_OFFSET, s)
+        assert k.score(st, p, nodes).tobytes() == want.tobytes()
