@@ -1,7 +1,8 @@
 """kube-default's per-decision pass over all nodes, compiled with numba (``KubeDefault.top_nodes``).
 
 One loop over the nodes: a node whose ``ClusterState.version`` moved since its entry was kept
-is checked again (``ClusterState.fits_one``) and scored again
+is checked again (``ClusterState.fits_one``'s rule, :func:`~fedsched.common.model.fit_kernel.fits_node`)
+and scored again
 (:func:`~fedsched.common.schedulers.kube_default.kube_default_score_one`), then the alive nodes
 with the highest score are collected in id order. The arithmetic is
 ``kube_default_score_one``'s, operation for operation: integer ``//`` on non-negative int64
@@ -12,7 +13,7 @@ checks them and the tie set against :func:`~fedsched.common.schedulers.base.rank
 
 ``top_kernel`` is None when numba cannot be imported; ``KubeDefault`` then keeps the numpy form.
 
-May import: numpy, numba.
+May import: numpy, numba, :mod:`fedsched.common.model.fit_kernel`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
+from fedsched.common.model.fit_kernel import fits_node
 
 MILLI_PER_GPU = 1000  # fedsched.common.model.cluster.MILLI_PER_GPU (a test checks they agree)
 DEFAULT_MILLI_CPU_REQUEST = 100  # ... .DEFAULT_MILLI_CPU_REQUEST
@@ -44,22 +47,8 @@ def _top(eff: np.ndarray, seen: np.ndarray, version: np.ndarray, alive: np.ndarr
         if seen[i] != v:
             cc, cm = cap_cpu[i], cap_mem[i]
             rc, rm = cpu_req[i], mem_req[i]
-            ok = cc - rc >= p_cpu and cm - rm >= p_mem
-            if ok and num_gpu > 0:
-                if spec_mask != 0:
-                    m = model[i]
-                    ok = m >= 0 and (spec_mask >> m) & 1 == 1
-                if ok:
-                    cnt = 0
-                    for g in range(gpu_free.shape[1]):
-                        f = gpu_free[i, g]
-                        if share:
-                            if f >= gpu_milli:
-                                cnt = 1
-                                break
-                        elif f >= MILLI_PER_GPU:
-                            cnt += 1
-                    ok = cnt >= (1 if share else num_gpu)
+            ok = fits_node(i, cap_cpu, cpu_req, cap_mem, mem_req, model, gpu_free, p_cpu, p_mem, num_gpu,
+                           gpu_milli, spec_mask, share, MILLI_PER_GPU)
             if ok:
                 s_cpu = max(cc - (cpu_req_nz[i] + p_cpu_nz), 0) * 100 // max(cc, 1)
                 s_mem = max(cm - (mem_req_nz[i] + p_mem_nz), 0) * 100 // max(cm, 1)
