@@ -112,9 +112,14 @@ def _central_replay(args: tuple[int, int, str, Weights | None]) -> dict[str, flo
 
 
 def _single_thread() -> None:
-    import torch
+    """One BLAS and one torch thread per worker (at a few hundred candidate nodes a second OpenBLAS
+    thread on a core another worker uses made the policy's network 3-4x slower)."""
+    import torch  # loaded first, so that single_threaded limits its threads too
+
+    from fedsched.common.compute import single_threaded
 
     torch.set_num_threads(1)
+    single_threaded()
 
 
 def central_worker_count(workers: int | str, size: str) -> int:

@@ -51,9 +51,13 @@ HEURISTICS = ("kube-default", "koordinator-load-aware", "load-variation-risk-bal
 
 
 def worker_init() -> None:
-    import torch
+    """One BLAS and one torch thread per worker process (parallelism is the pool's)."""
+    import torch  # loaded first, so that single_threaded limits its threads too
+
+    from fedsched.common.compute import single_threaded
 
     torch.set_num_threads(1)
+    single_threaded()
 
 
 def local_only(member_id: int, cfg: FederateConfig, init: dict[str, np.ndarray], out: Path
