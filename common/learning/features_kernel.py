@@ -1,4 +1,11 @@
-"""The per-candidate columns of :meth:`~.features.FeatureBuilder.build`, compiled with numba.
+"""The feature builder's per-decision loops (:meth:`~.features.FeatureBuilder.build`), compiled with numba.
+
+- ``KERNEL`` (:func:`_node_block`): the per-candidate columns, below.
+- ``GATHER`` (:func:`_gather_columns`): ``NodeColumnCache.get``'s refresh of the nodes whose
+  version moved (``_refresh_few``'s scalar operations) and the copy of the candidates' cached
+  rows and aux columns.
+- ``TOTALS`` (:func:`_totals`): the cluster's integer totals over its alive nodes
+  (``features.cluster_totals``): exact, so any order of addition.
 
 :func:`_node_block` writes, for each candidate node, the node feature columns that move with the
 pod or with live signals (``features._BLOCK``: what placing the pod leaves, BestFit's leftover,
@@ -18,9 +25,10 @@ fast-math, so the same bits:
 
 What it does not compute, because numpy's answer is not libm's or numba's (``log1p`` may come
 from numpy's SIMD tables) or is a pairwise sum: the two ``log1p`` history columns (passed in)
-and the cluster context. ``features.py`` keeps the numpy form, used when numba cannot be imported
-(``KERNEL`` None); ``tests/common/learning/test_features_kernel.py`` checks the two give the
-same bits on replays, serving-like telemetry with gaps, and GPU clusters.
+and the cluster context's float sums. ``features.py`` keeps the numpy forms, used when numba
+cannot be imported (``KERNEL``, ``GATHER``, ``TOTALS`` None); ``tests/common/learning/
+test_features_kernel.py`` checks the two give the same bits on serving-like telemetry with gaps,
+node churn and GPU clusters, and ``tests/common/sim/test_replay_kernels.py`` on whole replays.
 
 May import: numpy, numba.
 """
