@@ -88,12 +88,13 @@ from typing import Any
 import numpy as np
 from harness.provenance import git_commit, machine, write_json
 
+from fedsched.common.compute import single_threaded_worker
 from fedsched.common.federation.members import member_cluster
 from fedsched.common.federation.run_config import app_defaults
 from fedsched.common.federation.weights import load_npz
 from fedsched.common.model.metrics import mean_ci95
 from fedsched.coordinator.server_app import initial_weights, strategy_arguments
-from fedsched.experiment.baselines import evaluate_member, worker_init
+from fedsched.experiment.baselines import evaluate_member
 from fedsched.experiment.config import FederateConfig
 from fedsched.experiment.federate import bytes_sent, run_flower, stop_local_superlink
 
@@ -479,7 +480,7 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
         init_central = evaluator(init)
     members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
     policies: dict[str, Any] = {"random start": init, **finals}
-    with ProcessPoolExecutor(cfg.workers, initializer=worker_init) as pool:
+    with ProcessPoolExecutor(cfg.workers, initializer=single_threaded_worker) as pool:
         log(f"probe decisions: up to {probes_per_member} per member")
         jobs = [(i, cfg.member_size, probes_per_member, 7) for i in range(cfg.clusters)]
         probes = [p for ps in pool.map(collect_probes, jobs) for p in ps]

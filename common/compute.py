@@ -20,3 +20,13 @@ def single_threaded() -> None:
     threadpool_limits(1)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
+
+
+def single_threaded_worker() -> None:
+    """A worker process's initializer (the main job's pool, the hub's central evaluation): torch
+    loaded first, then :func:`single_threaded`, so that its pool is limited too. Two processes
+    each with two OpenBLAS threads on two cores ran the policy's network 3-4x slower at 500
+    candidate nodes."""
+    import torch  # noqa: F401  (loaded so that single_threaded limits its threads)
+
+    single_threaded()

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, MetricRecord
 
+from fedsched.common.compute import single_threaded_worker
 from fedsched.common.federation.weights import load_npz, load_weights, save_npz
 from fedsched.common.learning.nets import NodeScoringPolicy
 from fedsched.common.learning.scorers import PolicyScheduler
@@ -111,17 +112,6 @@ def _central_replay(args: tuple[int, int, str, Weights | None]) -> dict[str, flo
     return {k: float(res.metrics[k]) for k in TROUBLE_SMOOTHING}
 
 
-def _single_thread() -> None:
-    """One BLAS and one torch thread per worker (at a few hundred candidate nodes a second OpenBLAS
-    thread on a core another worker uses made the policy's network 3-4x slower)."""
-    import torch  # loaded first, so that single_threaded limits its threads too
-
-    from fedsched.common.compute import single_threaded
-
-    torch.set_num_threads(1)
-    single_threaded()
-
-
 def central_worker_count(workers: int | str, size: str) -> int:
     """The processes of an online central evaluation: ``workers``, or for ``"auto"`` 2 (at most
     the CPU count) for full-size clusters, whose replays take seconds each, and 1 for the small
@@ -152,7 +142,7 @@ class OnlineCentralEvaluator:
         self.order = sorted(range(profiles), key=lambda i: -len(self.clusters[i].val))
         self._pool: ProcessPoolExecutor | None = None
         if workers > 1:
-            self._pool = ProcessPoolExecutor(min(workers, profiles), initializer=_single_thread,
+            self._pool = ProcessPoolExecutor(min(workers, profiles), initializer=single_threaded_worker,
                                              mp_context=multiprocessing.get_context("spawn"))
         try:
             self.refs = self._replays(None)

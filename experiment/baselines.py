@@ -15,7 +15,7 @@
   the issue's goals.
 
 The replays run in worker processes (``pool``: a ``ProcessPoolExecutor`` started with
-:func:`worker_init`).
+:func:`fedsched.common.compute.single_threaded_worker`).
 
 May import: ``fedsched.common``, ``fedsched.agent.federation`` and ``fedsched.experiment.config``.
 """
@@ -48,16 +48,6 @@ SCARCE_MARGIN = 0.10  # trouble score by which a data-scarce member's personalis
 HEURISTICS = ("kube-default", "koordinator-load-aware", "load-variation-risk-balancing",
               "target-load-packing")
 
-
-
-def worker_init() -> None:
-    """One BLAS and one torch thread per worker process (parallelism is the pool's)."""
-    import torch  # loaded first, so that single_threaded limits its threads too
-
-    from fedsched.common.compute import single_threaded
-
-    torch.set_num_threads(1)
-    single_threaded()
 
 
 def local_only(member_id: int, cfg: FederateConfig, init: dict[str, np.ndarray], out: Path

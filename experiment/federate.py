@@ -55,6 +55,7 @@ from typing import Any
 
 from fedsched.agent.federation.learners import ReplayCreditLearner
 from fedsched.agent.federation.round import MemberState
+from fedsched.common.compute import single_threaded_worker
 from fedsched.common.federation.codec import personalised_mix
 from fedsched.common.federation.members import member_cluster
 from fedsched.common.federation.run_config import Value, run_config_arg
@@ -66,7 +67,6 @@ from fedsched.experiment.baselines import (
     load_local_only,
     local_only,
     verdicts,
-    worker_init,
 )
 from fedsched.experiment.config import FederateConfig
 from fedsched.experiment.report_html import write_html
@@ -218,7 +218,7 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
     member_cfg = cfg.member_config(out)
     members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
     n = cfg.clusters
-    pool = ProcessPoolExecutor(cfg.workers, initializer=worker_init)
+    pool = ProcessPoolExecutor(cfg.workers, initializer=single_threaded_worker)
     try:
         queued = None
         if cfg.beside_flower:

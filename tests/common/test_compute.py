@@ -8,8 +8,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 CHILD = """
 import json
 import numpy, torch  # noqa: F401  (load their thread pools first)
@@ -34,20 +32,17 @@ WORKER = """
 import json
 import numpy  # noqa: F401  (its BLAS pool first)
 from threadpoolctl import threadpool_info
-from {module} import {init}
-{init}()
+from fedsched.common.compute import single_threaded_worker
+single_threaded_worker()
 import torch
 after = [p["num_threads"] for p in threadpool_info()]
-print(json.dumps({{"after": after, "torch": torch.get_num_threads()}}))
+print(json.dumps({"after": after, "torch": torch.get_num_threads()}))
 """
 
 
-@pytest.mark.parametrize(("module", "init"), [("fedsched.experiment.baselines", "worker_init"),
-                                              ("fedsched.coordinator.evaluation", "_single_thread")])
-def test_worker_processes_start_single_threaded(module, init):
+def test_worker_processes_start_single_threaded():
     """The main job's pool and the hub's central evaluation workers: one thread in every pool."""
-    out = subprocess.run([sys.executable, "-c", WORKER.format(module=module, init=init)], capture_output=True,
-                         text=True, check=True,
+    out = subprocess.run([sys.executable, "-c", WORKER], capture_output=True, text=True, check=True,
                          env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"})
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(got["after"]) == {1} and got["torch"] == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from concurrent.futures import ProcessPoolExecutor
 
+from fedsched.common.compute import single_threaded_worker
 from fedsched.common.federation.members import member_cluster
 from fedsched.coordinator.server_app import initial_weights
 from fedsched.experiment.baselines import (
@@ -17,7 +18,6 @@ from fedsched.experiment.baselines import (
     _choose,
     _replay,
     evaluate_member,
-    worker_init,
 )
 from fedsched.experiment.config import FederateConfig
 
@@ -29,7 +29,7 @@ def test_one_queue_gives_the_member_by_member_figures() -> None:
     start = initial_weights("random", cfg.seed, "online")
     scaled = {k: 0.5 * v for k, v in start.items()}  # another learned policy, added later
     heard: list[str] = []
-    with ProcessPoolExecutor(cfg.workers, initializer=worker_init) as pool:
+    with ProcessPoolExecutor(cfg.workers, initializer=single_threaded_worker) as pool:
         queue = MemberEvaluation(members, cfg, pool, ids=ids)
         queue.add([{"kube-default": "kube-default", "random start": start} for _ in ids])
         queue.add([{"scaled": scaled} for _ in ids])
