@@ -40,6 +40,16 @@ fi
 # after (idempotent). Without them those tests skip and say why (under CI: fail).
 bash scripts/build_k8s.sh \
   || echo "test: scripts/build_k8s.sh failed; the real control-plane tests skip (fail under CI)" >&2
+# The Go Score plugin: its kube-scheduler binary (the plugin's end-to-end tests) and its Go tests'
+# packages, compiled with the build's settings (no cgo, -trimpath) without running a test
+# (-run '^$'); the suite's `go test` then finds every package in the Go build cache. About five
+# minutes on 2 cores the first time (kube-scheduler's framework packages), seconds after.
+if command -v go >/dev/null 2>&1; then
+  bash agent/scoreplugin/build.sh \
+    || echo "test: agent/scoreplugin/build.sh failed; the Score plugin e2e tests skip (fail under CI)" >&2
+  (cd agent/scoreplugin && CGO_ENABLED=0 nice -n 19 go test -p 2 -count=1 -trimpath -run '^$' ./... >/dev/null) \
+    || echo "test: compiling the Score plugin's Go tests failed; pytest runs them and shows why" >&2
+fi
 . .venv/bin/activate
 ruff check .
 python -m pytest "$@"
