@@ -52,4 +52,6 @@ if command -v go >/dev/null 2>&1; then
 fi
 . .venv/bin/activate
 ruff check .
-python -m pytest "$@"
+# Two workers (pytest-xdist): each test file is one unit of work, and the files that run real
+# services are one group that runs on one worker, file after file (tests/conftest.py).
+python -m pytest -n 2 --dist loadfile "$@"

@@ -18,3 +18,44 @@ def openb_gpu_nodes() -> NodeTable:
 @pytest.fixture(scope="session")
 def openb_default_pods(openb_gpu_nodes) -> PodTable:
     return load_pods(builtin_trace("openb_pod_list_default.csv"), openb_gpu_nodes)
+
+
+
+# Under pytest-xdist (``bash scripts/test.sh`` runs ``-n 2 --dist loadfile``) each test file is one
+# unit of work, so its module fixtures run once; the files that run real services (the Kubernetes
+# control plane and kwok, Flower's runtime and Ray, the hub and its gateway, the Helm-rendered
+# federation) are one unit together: one worker runs them file after file, as a serial run does,
+# so they never compete with each other for the machine, fixed ports or Ray's local cluster. (Done
+# by the scheduler below, which reads node ids only: xdist's own ``loadgroup`` writes a group into
+# each test's node id, which pytest 9.2's node ids no longer take, pytest-xdist issue #1386.)
+SERVICE_FILES = (
+    "tests/agent/k8s/",
+    "tests/agent/federation/test_client_app.py",
+    "tests/agent/learning/test_credit_regression.py",
+    "tests/charts/test_chart_federation.py",
+    "tests/coordinator/test_download.py",
+    "tests/coordinator/test_federation.py",
+    "tests/coordinator/test_mtls.py",
+    "tests/experiment/test_federate.py",
+    "tests/experiment/test_fleet.py",
+    "tests/experiment/test_kwok.py",
+)
+
+
+def xdist_group_of(nodeid: str) -> str:
+    """The unit of work of a test under ``--dist loadfile``: its file, or ``services``."""
+    path = nodeid.split("::", 1)[0]
+    return "services" if path.startswith(SERVICE_FILES) else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` with the service files as one unit (see :func:`xdist_group_of`)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ServiceGroupScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    return ServiceGroupScheduling(config, log)
