@@ -20,7 +20,6 @@ def openb_default_pods(openb_gpu_nodes) -> PodTable:
     return load_pods(builtin_trace("openb_pod_list_default.csv"), openb_gpu_nodes)
 
 
-
 # Under pytest-xdist (``bash scripts/test.sh`` runs ``-n 2 --dist loadfile``) each test file is one
 # unit of work, so its module fixtures run once; the files that run real services (the Kubernetes
 # control plane and kwok, Flower's runtime and Ray, the hub and its gateway, the Helm-rendered
@@ -48,6 +47,7 @@ def xdist_group_of(nodeid: str) -> str:
     return "services" if path.startswith(SERVICE_FILES) else path
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown to pytest without it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``--dist loadfile`` with the service files as one unit (see :func:`xdist_group_of`)."""
     if config.getvalue("dist") != "loadfile":
