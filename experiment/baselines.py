@@ -49,7 +49,6 @@ HEURISTICS = ("kube-default", "koordinator-load-aware", "load-variation-risk-bal
               "target-load-packing")
 
 
-
 def local_only(member_id: int, cfg: FederateConfig, init: dict[str, np.ndarray], out: Path
                ) -> tuple[dict[str, np.ndarray], list[float]]:
     """The same rounds, decision budget and seeds on one member alone: the member's round of the
