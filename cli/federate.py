@@ -34,6 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None,
                    help=f"seed of the random starting model every member starts from (default: run config "
                         f"seed = {defaults['seed']})")
+    p.add_argument("--init", choices=("random", "shipped"), default=None,
+                   help="the model every member, federated or alone, starts from: a seeded random model "
+                        "(default: the gain of federating is measured from an untrained start) or the "
+                        "shipped online policy (what a fleet starts from: the gain of federated "
+                        "fine-tuning over fine-tuning alone)")
     p.add_argument("--eta", type=float, default=None,
                    help=f"personalisation weight in [0, 1] (default: run config eta = {defaults['eta']})")
     p.add_argument("--reuse", action="store_true",
@@ -64,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         cfg.eval_seeds = args.eval_seeds
     if args.seed is not None:
         cfg.seed = args.seed
+    if args.init is not None:
+        cfg.init = args.init
     if args.member_size is not None:
         cfg.member_size = args.member_size
     if args.eta is not None:

@@ -26,3 +26,27 @@ def test_an_unknown_member_size_is_refused_by_the_parser(tmp_path, capsys) -> No
     with pytest.raises(SystemExit) as exc:
         main(["federate", "--out", str(tmp_path / "out"), "--member-size", "huge"])
     assert exc.value.code == 2 and "invalid choice: 'huge'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "init"), [([], "random"), (["--init", "shipped"], "shipped"),
+                                            (["--quick", "--init", "shipped"], "shipped")])
+def test_the_start_flag_reaches_the_job(tmp_path, monkeypatch, args, init) -> None:
+    import fedsched.experiment.federate as job
+    import fedsched.experiment.report_text as report_text
+
+    seen = {}
+
+    def fake_federate(out, cfg, app_dir, progress, reuse=False):  # what the CLI hands the job
+        seen["cfg"] = cfg
+        return {}
+
+    monkeypatch.setattr(job, "federate", fake_federate)
+    monkeypatch.setattr(report_text, "format_report", lambda report: "")
+    assert main(["federate", "--out", str(tmp_path / "out"), *args]) == 0
+    assert seen["cfg"].init == init
+
+
+def test_an_unknown_start_is_refused_by_the_parser(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["federate", "--out", str(tmp_path / "out"), "--init", "pretrained"])
+    assert exc.value.code == 2 and "invalid choice: 'pretrained'" in capsys.readouterr().err
