@@ -42,6 +42,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -156,13 +157,16 @@ def _run_locked(app_dir: Path, env: dict[str, str], run_config: str, log_path: P
     progress(f"flwr run ({name or strategy}: {strategy}, {cfg.clusters} clusters, {cfg.rounds} rounds); "
              f"log: {log_path}")
     try:
-        _flwr(["run", str(app_dir), "--stream", "--federation-config",
-               f"num-supernodes={cfg.clusters} client-resources-num-cpus=1", "--run-config", run_config],
-              env, app_dir, log_path)
+        started = _flwr(["run", str(app_dir), "--stream", "--federation-config",
+                         f"num-supernodes={cfg.clusters} client-resources-num-cpus=1",
+                         "--run-config", run_config], env, app_dir, log_path)
         listing = subprocess.run([flwr_bin(), "ls", "--format", "json"], cwd=app_dir, env=env,
                                  capture_output=True, text=True, check=False)
     finally:
         stop_local_superlink(home)
+    if started.returncode != 0:  # refused before any run started (a bad option, no SuperLink)
+        raise RuntimeError(f"flwr run ({name or strategy}) exited with status {started.returncode}: "
+                           f"{log_tail(log_path)} (see {log_path})")
     try:
         runs = json.loads(listing.stdout)["runs"]
         status = max(runs, key=lambda r: r["pending-at"])["status"]
@@ -172,6 +176,17 @@ def _run_locked(app_dir: Path, env: dict[str, str], run_config: str, log_path: P
     if status != "finished:completed":
         raise RuntimeError(f"the {strategy} run ended as {status!r}; see {log_path}")
     return run_dir
+
+
+def log_tail(path: Path, lines: int = 6) -> str:
+    """The last ``lines`` lines of ``path`` with text (colour codes and box-drawing frames
+    stripped), joined by ' | '."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    kept = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip(" \u2502\u256d\u256e\u2570\u256f\u2500") for ln in text]
+    return " | ".join([ln for ln in kept if ln][-lines:]) or "(empty log)"
 
 
 TRAINED = "trained.json"  # what the finished training of a job in its directory was (reuse's key)

@@ -237,3 +237,34 @@ def test_local_flower_simulations_wait_for_each_other(tmp_path, monkeypatch):
     with fed.local_flower_lock(said.append):  # free again: no wait, nothing said
         pass
     assert len(said) == 1
+
+
+def test_a_flwr_run_that_flower_refuses_is_one_clear_error(tmp_path):
+    """``flwr run`` refusing its options (here a federation size Flower cannot read) ends the job
+    with Flower's own message, not with an empty run listing."""
+    cfg = dataclasses.replace(FederateConfig.quick(), clusters=2.5)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError) as err:
+        run_flower(REPO, tmp_path, "fedavg", cfg, progress=lambda m: None)
+    message = str(err.value)
+    assert "flwr run (fedavg) exited with status" in message
+    assert "cannot be interpreted as an integer" in message and "flwr-fedavg.log" in message
+    import time
+
+    deadline = time.monotonic() + 20  # the SuperLink it started was stopped: gone once it exits
+    while stop_local_superlink(tmp_path / "flwr-home") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert stop_local_superlink(tmp_path / "flwr-home") == 0
+
+
+def test_a_logs_tail_drops_colour_codes_and_frames(tmp_path):
+    from fedsched.experiment.federate import log_tail
+
+    log = tmp_path / "flwr.log"
+    log.write_text("\n".join(["first", "", "\x1b[92mINFO \x1b[0m:      started",
+                              "\u256d\u2500 Error \u2500\u2500\u256e", "\u2502 bad option  \u2502",
+                              "\u2570\u2500\u2500\u2500\u256f", ""]))
+    assert log_tail(log, 3) == "INFO :      started | Error | bad option"
+    assert log_tail(log) == "first | INFO :      started | Error | bad option"
+    assert log_tail(tmp_path / "missing.log") == "(no log)"
+    (tmp_path / "empty.log").write_text("\n\n")
+    assert log_tail(tmp_path / "empty.log") == "(empty log)"
