@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM (a job runner's or ``kill``'s stop) as Ctrl-C: the job stops the local Flower
+    runtime it started and its worker processes instead of leaving them running."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run(args: argparse.Namespace) -> int:
     from fedsched.common.federation.run_config import APP_DIR
     from fedsched.experiment.config import FederateConfig
@@ -87,7 +94,11 @@ def run(args: argparse.Namespace) -> int:
         minutes, seconds = divmod(int(time.monotonic() - started), 60)
         print(f"federate [{minutes}:{seconds:02d}]: {msg}", file=sys.stderr, flush=True)
 
-    report = federate(Path(args.out), cfg, app_dir, progress, reuse=args.reuse)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C: the job cleans up
+    try:
+        report = federate(Path(args.out), cfg, app_dir, progress, reuse=args.reuse)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(format_report(report))
     print(f"wrote {Path(args.out) / 'report.json'} and {Path(args.out) / 'rounds.png'}", file=sys.stderr)
     return 0

@@ -86,29 +86,104 @@ def _flwr(args: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> su
                               check=False)
 
 
+def _runtime_pids(flwr_home: Path, names: tuple[bytes, ...] | None) -> list[int]:
+    """The processes whose environment has this ``FLWR_HOME`` (every process of the local runtime
+    ``flwr run`` started with it carries it), whose command line names one of ``names`` (None:
+    any), other than this one."""
+    marker, pids = f"FLWR_HOME={flwr_home}".encode(), []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if names is not None:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+                if not any(n in cmd for n in names):
+                    continue
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in env:
+            pids.append(int(proc.name))
+    return pids
+
+
+def _signal(pids: list[int], sig: int) -> int:
+    sent = 0
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+            sent += 1
+        except OSError:
+            pass
+    return sent
+
+
 def stop_local_superlink(flwr_home: Path, include_apps: bool = False) -> int:
     """Stop the detached local SuperLink (and its helpers) that ``flwr run`` started with this
     FLWR_HOME; ``include_apps`` also stops the simulation process running the apps (what a
     crashed hub looks like). Returns how many processes were signalled."""
     names = (b"flower-super", b"flwr-simulation", b"flwr-serverapp") if include_apps else (b"flower-super",)
-    stopped = 0
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
-            if not any(n in cmd for n in names):
-                continue
-            env = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"FLWR_HOME={flwr_home}".encode() in env:
-            try:
-                os.kill(int(proc.name), signal.SIGTERM)
-                stopped += 1
-            except OSError:
-                pass
-    return stopped
+    return _signal(_runtime_pids(flwr_home, names), signal.SIGTERM)
+
+
+def stop_local_runtime(flwr_home: Path, grace_s: float = 10.0) -> int:
+    """Stop every process of the local runtime started with this FLWR_HOME: the SuperLink and
+    its helpers, the simulation, Ray's processes and the apps' actors (what a run interrupted
+    before its end leaves running: they would go on computing, and hold Flower's fixed ports for
+    the next run). Ray's processes retitle themselves over their environment, so they are found
+    by session: the SuperLink and the SuperExec each lead a session of their own, which
+    everything they start joins. SIGTERM, then SIGKILL for what is still there after
+    ``grace_s`` seconds (Ray's agents ignore SIGTERM once their raylet is gone). Returns how many
+    processes were signalled."""
+    marked = _runtime_pids(flwr_home, None)
+    sessions = runtime_sessions(flwr_home, marked)
+    signalled: set[int] = set()
+    deadline = time.monotonic() + grace_s
+    while True:
+        pids = session_members(sessions) | {p for p in marked if _alive(p)}
+        if not pids:
+            return len(signalled)
+        if time.monotonic() >= deadline:
+            _signal(sorted(pids), signal.SIGKILL)
+            return len(signalled | pids)
+        _signal(sorted(pids - signalled), signal.SIGTERM)  # also what started since the last look
+        signalled |= pids
+        time.sleep(0.2)
+
+
+def _stat(pid: int) -> list[str] | None:
+    """``/proc/PID/stat``'s fields after the command name (state, ppid, pgrp, session, ...)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _session(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[3]) if fields else None
+
+
+def runtime_sessions(flwr_home: Path, marked: list[int] | None = None) -> set[int]:
+    """The sessions of the local runtime started with this FLWR_HOME (of the processes carrying
+    it, ``marked`` when already listed), but this process's own."""
+    own = os.getsid(0)
+    pids = _runtime_pids(flwr_home, None) if marked is None else marked
+    return {sid for pid in pids if (sid := _session(pid)) is not None and sid != own}
+
+
+def session_members(sessions: set[int]) -> set[int]:
+    """The live processes of ``sessions`` (zombies excluded), but this one."""
+    if not sessions:
+        return set()
+    return {int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _session(int(p.name)) in sessions and _alive(int(p.name))} - {os.getpid()}
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for its parent counts as gone)."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def run_flower(app_dir: Path, out: Path, strategy: str, cfg: FederateConfig,
@@ -156,14 +231,19 @@ def _run_locked(app_dir: Path, env: dict[str, str], run_config: str, log_path: P
     home = Path(env["FLWR_HOME"])
     progress(f"flwr run ({name or strategy}: {strategy}, {cfg.clusters} clusters, {cfg.rounds} rounds); "
              f"log: {log_path}")
+    ended = False
     try:
         started = _flwr(["run", str(app_dir), "--stream", "--federation-config",
                          f"num-supernodes={cfg.clusters} client-resources-num-cpus=1",
                          "--run-config", run_config], env, app_dir, log_path)
         listing = subprocess.run([flwr_bin(), "ls", "--format", "json"], cwd=app_dir, env=env,
                                  capture_output=True, text=True, check=False)
+        ended = True
     finally:
-        stop_local_superlink(home)
+        if ended:
+            stop_local_superlink(home)
+        else:  # interrupted (Ctrl-C, SIGTERM): the runtime would go on running the federation
+            stop_local_runtime(home)
     if started.returncode != 0:  # refused before any run started (a bad option, no SuperLink)
         raise RuntimeError(f"flwr run ({name or strategy}) exited with status {started.returncode}: "
                            f"{log_tail(log_path)} (see {log_path})")

@@ -268,3 +268,36 @@ def test_a_logs_tail_drops_colour_codes_and_frames(tmp_path):
     assert log_tail(tmp_path / "missing.log") == "(no log)"
     (tmp_path / "empty.log").write_text("\n\n")
     assert log_tail(tmp_path / "empty.log") == "(empty log)"
+
+
+def test_a_stopped_main_job_leaves_no_flower_runtime_running(tmp_path):
+    """SIGTERM (a job runner's stop) in the middle of a federated round: the job ends as Ctrl-C
+    does (status 130), and stops every process of the local runtime it started (SuperLink,
+    SuperExec, simulation, Ray, the apps' actors), which would otherwise go on computing and hold
+    Flower's fixed ports for the next run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fedsched.experiment.federate import runtime_sessions, session_members
+
+    out = tmp_path / "out"
+    job = subprocess.Popen([sys.executable, "-m", "fedsched.cli.main", "federate", "--quick", "--out",
+                            str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        log, deadline = out / "flwr-fedavg.log", time.monotonic() + 240
+        while time.monotonic() < deadline and job.poll() is None:
+            if log.exists() and "[ROUND 1/" in log.read_text(errors="replace"):
+                break
+            time.sleep(0.5)
+        assert job.poll() is None, "the job ended before its first round"
+        sessions = runtime_sessions(out / "flwr-home")
+        assert sessions and session_members(sessions), "no local runtime found to stop"
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    assert session_members(sessions) == set()
