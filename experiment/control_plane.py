@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
 import json
 import os
 import signal
@@ -82,23 +81,8 @@ def missing_binaries(bin_dir: Path = K8S_BIN) -> list[str]:
 
 # ---- processes -----------------------------------------------------------------------------------
 
-def _die_with_parent() -> None:  # runs in the child before exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class Processes(Procs):
-    """:class:`~.processes.Procs` whose processes also die with the test process, and
-    whose teardown checks that no process of their groups is left."""
-
-    def start(self, name: str, args: list[str], env: dict[str, str] | None = None,
-              cwd: Path | None = None) -> tuple[subprocess.Popen, Path]:
-        log = self.logs / f"{name}.log"
-        with log.open("ab") as f:
-            p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd or self.logs,
-                                 start_new_session=True, preexec_fn=_die_with_parent)
-        self.procs.append(p)
-        return p, log
+    """:class:`~.processes.Procs` whose teardown checks that no process of their groups is left."""
 
     def leftovers(self) -> list[int]:
         """Process groups of ours that still have a live member."""

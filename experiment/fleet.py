@@ -524,6 +524,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-every", type=float, default=15.0)
     ap.add_argument("--out", default=None, help="working directory (default: a temporary one, removed)")
     args = ap.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: every service was stopped on the way out
+        print("fleet: interrupted; stopped every process it started", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the fleet's ``with`` blocks stop the services it started."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _run(args: argparse.Namespace) -> int:
     works, inventories = [], []
     for i in range(args.members):  # each member its own cluster and trace (seed + i)
         nodes, pods = load_inventory(args.profile, args.nodes, args.pods, args.seed + i)

@@ -10,6 +10,7 @@ Imports only the standard library.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import random
 import signal
@@ -97,9 +98,18 @@ def tail(path: Path, n: int = 4000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else f"(no {path})"
 
 
+def die_with_parent() -> None:
+    """Run in a child before exec (``preexec_fn``): SIGKILL it when the thread that started it
+    ends (``PR_SET_PDEATHSIG``), so a parent killed outright (SIGKILL, a crash) leaves no service
+    running. Start such children from a thread that lives as long as they should."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 @dataclass
 class Procs:
-    """Processes started by the test, each in its own session so teardown ends its children too."""
+    """Processes started by the test or the fleet, each in its own session so teardown ends its
+    children too, and each dying with the thread that started it (:func:`die_with_parent`)."""
 
     logs: Path
     procs: list[subprocess.Popen] = field(default_factory=list)
@@ -109,7 +119,7 @@ class Procs:
         log = self.logs / f"{name}.log"
         with log.open("ab") as f:
             p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd or self.logs,
-                                 start_new_session=True)
+                                 start_new_session=True, preexec_fn=die_with_parent)
         self.procs.append(p)
         return p, log
 

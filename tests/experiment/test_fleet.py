@@ -141,3 +141,58 @@ def test_member_and_hub_two_rounds_over_mtls(tmp_path) -> None:
                           "--policy", "kube-default"],
                          capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+
+
+def _processes_naming(text: str) -> list[str]:
+    """Live processes whose command line holds ``text`` (every service of a fleet names its
+    working directory), but this one's."""
+    import os
+    from pathlib import Path
+
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if text in cmd and state != "Z":
+            found.append(cmd[:120])
+    return found
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)")
+@pytest.mark.parametrize(("sig", "status"), [("SIGTERM", 130), ("SIGKILL", -9)])
+def test_a_stopped_fleet_leaves_no_service_running(tmp_path, sig, status) -> None:
+    """Stopped by a job runner (SIGTERM: it unwinds and stops every service, status 130) or killed
+    outright (SIGKILL: every service dies with it, ``PR_SET_PDEATHSIG``), a fleet leaves none of
+    the services it started (etcd, kube-apiserver, kwok, Prometheus, ``fedsched serve``,
+    kube-scheduler) running."""
+    import signal
+    import time
+
+    kwok_binary()
+    out = tmp_path / "fleet"
+    job = subprocess.Popen([sys.executable, "-m", "fedsched.experiment.fleet", "--members", "1", "--nodes",
+                            "10", "--pods", "30", "--minutes", "3", "--rounds", "0", "--out", str(out)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None
+        for line in job.stdout:
+            if "member-0 up in" in line:
+                break
+        assert job.poll() is None, f"the fleet ended before its member was up: {job.stderr.read()[-2000:]}"
+        running = _processes_naming(str(out))
+        assert len(running) >= 5, running  # the member's services are up
+        job.send_signal(getattr(signal, sig))
+        job.wait(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == status
+    deadline = time.monotonic() + 15
+    while _processes_naming(str(out)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _processes_naming(str(out)) == []
