@@ -530,6 +530,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: every service was stopped on the way out
         print("fleet: interrupted; stopped every process it started", file=sys.stderr, flush=True)
         return 130
+    except RuntimeError as e:  # a service or a member's workload failed: every service was stopped too
+        print(f"fleet: error: {e}", file=sys.stderr, flush=True)
+        return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -563,9 +566,16 @@ def _run(args: argparse.Namespace) -> int:
                 f"{k} {v:.1f} s" for k, v in members[-1].timings.items()) + ")", flush=True)
         hub = stack.enter_context(start_hub(root / "hub")) if args.rounds > 0 else None
         tallies: dict[str, Tally] = {}
-        workers = [threading.Thread(target=lambda m=m, w=w: tallies.__setitem__(
-            m.name, run_workload(m, w, args.minutes * 60, args.report_every)), daemon=True)
-            for m, w in zip(members, works, strict=True)]
+        failed: dict[str, BaseException] = {}
+
+        def drive(m: Member, w: Workload) -> None:  # a failure is the main thread's to report
+            try:
+                tallies[m.name] = run_workload(m, w, args.minutes * 60, args.report_every)
+            except Exception as e:  # any failure ends the fleet's run, its member named
+                failed[m.name] = e
+
+        workers = [threading.Thread(target=drive, args=(m, w), daemon=True)
+                   for m, w in zip(members, works, strict=True)]
         t_start = time.monotonic()
         for w in workers:
             w.start()
@@ -578,6 +588,9 @@ def _run(args: argparse.Namespace) -> int:
                 print("[hub] " + round_line(r), flush=True)
         for w in workers:
             w.join()
+        if failed:
+            name, err = next(iter(failed.items()))
+            raise RuntimeError(f"{name}'s workload failed: {type(err).__name__}: {err}") from err
         ran = time.monotonic() - t_start
         summary = {}
         for m in members:
