@@ -1,5 +1,8 @@
 """How many threads the numeric libraries use in one process.
 
+Also here: :func:`die_with_parent`, a pool worker's initializer that ends the worker with the
+process that started it.
+
 One BLAS (and torch) thread: the work of one decision is a few small matrix products, where a
 second thread only adds overhead, and an idle OpenBLAS worker spins on its core for a while
 after every call (in ``fedsched serve`` on 2 cores it burnt half a core beside kube-scheduler,
@@ -10,6 +13,11 @@ May import: nothing from fedsched.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import signal
 import sys
 
 
@@ -29,4 +37,18 @@ def single_threaded_worker() -> None:
     candidate nodes."""
     import torch  # noqa: F401  (loaded so that single_threaded limits its threads)
 
+    die_with_parent()
     single_threaded()
+
+
+def die_with_parent() -> None:
+    """A pool worker's initializer: the worker is killed when the thread that started it ends
+    (``PR_SET_PDEATHSIG``, Linux; elsewhere nothing changes), and ends now if its parent is
+    already gone. A worker holds nothing to clean up; without this, the workers of a parent that
+    was killed (SIGKILL, or SIGTERM without a handler) finish their task and then wait for work
+    forever. Start the pool's workers from a thread that lives as long as the pool."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid != os.getppid():  # the parent died before the line above
+        os._exit(1)

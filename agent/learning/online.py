@@ -60,6 +60,7 @@ from fedsched.agent.learning.bc import BCConfig, collect, fit
 from fedsched.agent.learning.credit import BEHAVIOURS, CreditConfig, collect_credited, fit_credit
 from fedsched.agent.learning.env import THROTTLE_CREDITS, EnvConfig, RewardConfig, SchedulingEnv
 from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
+from fedsched.common.compute import die_with_parent
 from fedsched.common.learning.checkpoint import data_hash, load_checkpoint, save_checkpoint
 from fedsched.common.learning.kinds import NODE_SCORING, kind_of
 from fedsched.common.learning.scorers import scorer_for
@@ -338,7 +339,7 @@ def collect_parallel(recipe: OnlineRecipe, log: Any) -> list:
     if workers == 1:
         return _collect_share(recipe, 0, shares[0], quotas[0], own_process=False)
     log(f"online credit: {workers} collection processes, {n} environments")
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=die_with_parent) as pool:
         futures = [pool.submit(_collect_share, recipe, w, shares[w], quotas[w]) for w in range(workers)]
         out: list = []
         for f in futures:

@@ -1,12 +1,17 @@
 """``single_threaded`` leaves every numeric library of the process on one thread (fedsched serve,
 the evaluation runs, the main job's and the hub's worker processes call it: an idle OpenBLAS
-worker spins on its core after each call)."""
+worker spins on its core after each call); ``die_with_parent`` ends a pool worker with its parent."""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
+
+import pytest
 
 CHILD = """
 import json
@@ -46,3 +51,50 @@ def test_worker_processes_start_single_threaded():
                          env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"})
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(got["after"]) == {1} and got["torch"] == 1
+
+
+PARENT = """
+import sys, time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from fedsched.common.compute import die_with_parent
+
+def work(seconds):
+    import os
+    print(os.getpid(), flush=True)
+    time.sleep(seconds)
+
+if __name__ == "__main__":
+    kind = sys.argv[1]
+    pool = ProcessPoolExecutor(1, mp_context=get_context(kind), initializer=die_with_parent)
+    pool.submit(work, 120)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("kind", ["fork", "spawn"])
+def test_a_pool_worker_dies_with_the_process_that_started_it(tmp_path, kind) -> None:
+    """The parent of a pool is killed outright (SIGKILL: no handler, no cleanup): its worker, busy
+    with a long task, is gone within seconds instead of finishing it and then waiting forever."""
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    parent = subprocess.Popen([sys.executable, str(script), kind], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        worker = int(parent.stdout.readline())  # the worker runs its task
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+
+        def alive() -> bool:
+            try:
+                return Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            except (OSError, IndexError):
+                return False
+
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive()
+    finally:
+        if parent.poll() is None:
+            parent.kill()
