@@ -1,7 +1,7 @@
 """How many threads the numeric libraries use in one process.
 
 Also here: :func:`die_with_parent`, a pool worker's initializer that ends the worker with the
-process that started it.
+process that started it, and :func:`kill_with_parent_thread`, the same for any child process.
 
 One BLAS (and torch) thread: the work of one decision is a few small matrix products, where a
 second thread only adds overhead, and an idle OpenBLAS worker spins on its core for a while
@@ -41,14 +41,20 @@ def single_threaded_worker() -> None:
     single_threaded()
 
 
-def die_with_parent() -> None:
-    """A pool worker's initializer: the worker is killed when the thread that started it ends
-    (``PR_SET_PDEATHSIG``, Linux; elsewhere nothing changes), and ends now if its parent is
-    already gone. A worker holds nothing to clean up; without this, the workers of a parent that
-    was killed (SIGKILL, or SIGTERM without a handler) finish their task and then wait for work
-    forever. Start the pool's workers from a thread that lives as long as the pool."""
+def kill_with_parent_thread() -> None:
+    """SIGKILL this process when the thread that started it ends (``PR_SET_PDEATHSIG``, Linux;
+    elsewhere nothing changes). Also a ``preexec_fn`` for services started with ``subprocess``."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def die_with_parent() -> None:
+    """A pool worker's initializer: the worker is killed when the thread that started it ends
+    (:func:`kill_with_parent_thread`), and ends now if its parent is already gone. A worker
+    holds nothing to clean up; without this, the workers of a parent that was killed (SIGKILL,
+    or SIGTERM without a handler) finish their task and then wait for work forever. Start the
+    pool's workers from a thread that lives as long as the pool."""
+    kill_with_parent_thread()
     parent = multiprocessing.parent_process()
     if parent is not None and parent.pid != os.getppid():  # the parent died before the line above
         os._exit(1)

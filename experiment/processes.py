@@ -4,13 +4,12 @@ its own session with its output in a log file (:class:`Procs`: start, stop, stop
 children included), the end of a log (:func:`tail`) for error messages, a free TCP port on
 loopback (:func:`free_port`) and polling a condition until a deadline (:func:`wait_for`).
 
-Imports only the standard library.
+Imports only the standard library and :mod:`fedsched.common.compute` (the parent-death signal).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import random
 import signal
@@ -21,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+
+from fedsched.common.compute import kill_with_parent_thread
 
 __all__ = ["HOST", "Procs", "ephemeral_range", "free_port", "tail", "wait_for"]
 
@@ -98,18 +99,11 @@ def tail(path: Path, n: int = 4000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else f"(no {path})"
 
 
-def die_with_parent() -> None:
-    """Run in a child before exec (``preexec_fn``): SIGKILL it when the thread that started it
-    ends (``PR_SET_PDEATHSIG``), so a parent killed outright (SIGKILL, a crash) leaves no service
-    running. Start such children from a thread that lives as long as they should."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 @dataclass
 class Procs:
     """Processes started by the test or the fleet, each in its own session so teardown ends its
-    children too, and each dying with the thread that started it (:func:`die_with_parent`)."""
+    children too, and each dying with the thread that started it
+    (:func:`~fedsched.common.compute.kill_with_parent_thread`)."""
 
     logs: Path
     procs: list[subprocess.Popen] = field(default_factory=list)
@@ -119,7 +113,7 @@ class Procs:
         log = self.logs / f"{name}.log"
         with log.open("ab") as f:
             p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd or self.logs,
-                                 start_new_session=True, preexec_fn=die_with_parent)
+                                 start_new_session=True, preexec_fn=kill_with_parent_thread)
         self.procs.append(p)
         return p, log
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from fedsched.experiment.processes import HOST, die_with_parent, free_port, tail
+from fedsched.common.compute import kill_with_parent_thread
+from fedsched.experiment.processes import HOST, free_port, tail
 
 __all__ = ["PROMETHEUS", "PrometheusServer", "running_prometheus", "shipped_rules"]
 
@@ -114,7 +115,7 @@ def running_prometheus(workdir: Path, scrape_configs: list[dict], rules_text: st
                 [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'data'}",
                  f"--web.listen-address={HOST}:{port}", "--log.level=warn"],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=die_with_parent)
+                preexec_fn=kill_with_parent_thread)
         try:
             _wait_ready(proc, port, log, START_TIMEOUT)
         except RuntimeError:
