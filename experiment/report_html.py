@@ -60,7 +60,9 @@ def render(report: dict[str, Any], plot: Path | None) -> str:
         f"than kube-default). Wall time {report.get('wall_s', 0)} s.</p>",
         "<h2>Verdicts</h2>",
         "<p>The personalised model of the first strategy's run against local-only and kube-default, "
-        "seed by seed (difference ± 95% CI; better/worse only when the interval excludes 0).</p>",
+        "seed by seed (difference ± 95% CI; better/worse only when the interval excludes 0). The intervals "
+        "are over the evaluation seeds of one training run per model: they do not hold the training's own "
+        "variation, and a training run rounded otherwise (another CPU) can change a verdict.</p>",
         _table(*_verdict_rows(report), "verdicts"),
     ]
     if report.get("fleet"):

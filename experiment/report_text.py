@@ -41,6 +41,9 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(
                 zip(r, widths, strict=True))))
     lines.append("\nverdicts (personalised vs local-only and kube-default, seed-by-seed differences):")
+    lines.append("  (over the evaluation seeds of one training run per model: the intervals do not hold the "
+                 "training's own variation; a training run rounded otherwise, on another CPU, can change a "
+                 "verdict)")
     for name, v in report["verdicts"].items():
         parts = [f"{k}: {d['verdict']} ({d['mean']:+.3g} ± {d['ci95']:.2g})" for k, d in v.items()
                  if isinstance(d, dict) and "verdict" in d]
