@@ -50,8 +50,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    """SIGTERM (a job runner's or ``kill``'s stop) as Ctrl-C: the job stops the local Flower
-    runtime it started and its worker processes instead of leaving them running."""
+    """Ctrl-C or SIGTERM (a job runner's or ``kill``'s stop): the job stops the local Flower
+    runtime it started and its worker processes instead of leaving them running. Further
+    Ctrl-C and SIGTERM are ignored from here on: one landing in the stop, or in the exit's wait
+    for the workers, would cut it short (seen: a runtime left running, an exit that hung).
+    SIGKILL still ends the job at once, and its workers with it."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    print("federate: stopping (the local Flower runtime and the worker processes); a second Ctrl-C "
+          "is ignored", file=sys.stderr, flush=True)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -94,11 +101,14 @@ def run(args: argparse.Namespace) -> int:
         minutes, seconds = divmod(int(time.monotonic() - started), 60)
         print(f"federate [{minutes}:{seconds:02d}]: {msg}", file=sys.stderr, flush=True)
 
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C: the job cleans up
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         report = federate(Path(args.out), cfg, app_dir, progress, reuse=args.reuse)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        # after a signal both stay ignored until the process has exited; otherwise back as they were
+        if signal.getsignal(signal.SIGTERM) is _interrupt:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     print(format_report(report))
     print(f"wrote {Path(args.out) / 'report.json'} and {Path(args.out) / 'rounds.png'}", file=sys.stderr)
     return 0

@@ -53,8 +53,14 @@ def die_with_parent() -> None:
     (:func:`kill_with_parent_thread`), and ends now if its parent is already gone. A worker
     holds nothing to clean up; without this, the workers of a parent that was killed (SIGKILL,
     or SIGTERM without a handler) finish their task and then wait for work forever. Start the
-    pool's workers from a thread that lives as long as the pool."""
+    pool's workers from a thread that lives as long as the pool.
+
+    Ctrl-C is the parent's to handle (a terminal sends it to the whole foreground group: each
+    worker would print its own KeyboardInterrupt), and SIGTERM ends a worker whatever handler
+    it inherited from a forking parent."""
     kill_with_parent_thread()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     parent = multiprocessing.parent_process()
     if parent is not None and parent.pid != os.getppid():  # the parent died before the line above
         os._exit(1)

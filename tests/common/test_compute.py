@@ -98,3 +98,28 @@ def test_a_pool_worker_dies_with_the_process_that_started_it(tmp_path, kind) -> 
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def _handlers() -> tuple[int, int]:
+    return int(signal.getsignal(signal.SIGINT)), int(signal.getsignal(signal.SIGTERM))
+
+
+def test_a_pool_worker_leaves_ctrl_c_to_its_parent_and_ends_on_sigterm() -> None:
+    """A forked worker inherits its parent's handlers (here: SIGTERM raising, as the main job's
+    does); it ignores Ctrl-C (the terminal sends it to the whole group: the parent stops the pool)
+    and SIGTERM ends it plainly, so stopping a worker prints no traceback of its own."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from fedsched.common.compute import die_with_parent
+
+    def raising(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, raising)
+    try:
+        with ProcessPoolExecutor(1, mp_context=get_context("fork"), initializer=die_with_parent) as pool:
+            got = pool.submit(_handlers).result(timeout=60)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert got == (int(signal.SIG_IGN), int(signal.SIG_DFL))

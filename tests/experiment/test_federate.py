@@ -270,11 +270,13 @@ def test_a_logs_tail_drops_colour_codes_and_frames(tmp_path):
     assert log_tail(tmp_path / "empty.log") == "(empty log)"
 
 
-def test_a_stopped_main_job_leaves_no_flower_runtime_running(tmp_path):
+@pytest.mark.parametrize("repeats", [0, 3], ids=["once", "repeated"])
+def test_a_stopped_main_job_leaves_no_flower_runtime_running(tmp_path, repeats):
     """SIGTERM (a job runner's stop) in the middle of a federated round: the job ends as Ctrl-C
     does (status 130), and stops every process of the local runtime it started (SuperLink,
     SuperExec, simulation, Ray, the apps' actors), which would otherwise go on computing and hold
-    Flower's fixed ports for the next run."""
+    Flower's fixed ports for the next run. ``repeated``: an impatient user's Ctrl-C and the job
+    runner's SIGTERM again while the job is stopping its runtime do not cut the stop short."""
     import signal
     import subprocess
     import sys
@@ -295,6 +297,9 @@ def test_a_stopped_main_job_leaves_no_flower_runtime_running(tmp_path):
         sessions = runtime_sessions(out / "flwr-home")
         assert sessions and session_members(sessions), "no local runtime found to stop"
         job.send_signal(signal.SIGTERM)
+        for sig in [signal.SIGINT, signal.SIGTERM, signal.SIGINT][:repeats]:
+            time.sleep(0.3)
+            job.send_signal(sig)
         _, err = job.communicate(timeout=120)
     finally:
         if job.poll() is None:
