@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-every", type=float, default=15.0)
     ap.add_argument("--out", default=None, help="working directory (default: a temporary one, removed)")
     args = ap.parse_args(argv)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         return _run(args)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: every service was stopped on the way out
@@ -534,11 +534,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fleet: error: {e}", file=sys.stderr, flush=True)
         return 1
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    """SIGTERM as Ctrl-C: the fleet's ``with`` blocks stop the services it started."""
+    """Ctrl-C or SIGTERM: the fleet's ``with`` blocks stop the services it started. Further
+    Ctrl-C and SIGTERM are ignored while they do (one landing there would cut the stop short);
+    SIGKILL still ends the fleet at once, and its services with it."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt(f"signal {signum}")
 
 

@@ -164,12 +164,15 @@ def _processes_naming(text: str) -> list[str]:
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)")
-@pytest.mark.parametrize(("sig", "status"), [("SIGTERM", 130), ("SIGKILL", -9)])
-def test_a_stopped_fleet_leaves_no_service_running(tmp_path, sig, status) -> None:
+@pytest.mark.parametrize(("sig", "status", "repeats"),
+                         [("SIGTERM", 130, 0), ("SIGTERM", 130, 3), ("SIGKILL", -9, 0)],
+                         ids=["SIGTERM", "SIGTERM-repeated", "SIGKILL"])
+def test_a_stopped_fleet_leaves_no_service_running(tmp_path, sig, status, repeats) -> None:
     """Stopped by a job runner (SIGTERM: it unwinds and stops every service, status 130) or killed
     outright (SIGKILL: every service dies with it, ``PR_SET_PDEATHSIG``), a fleet leaves none of
     the services it started (etcd, kube-apiserver, kwok, Prometheus, ``fedsched serve``,
-    kube-scheduler) running."""
+    kube-scheduler) running. ``repeated``: Ctrl-C and SIGTERM again while it stops them do not
+    cut the stop short."""
     import signal
     import time
 
@@ -187,6 +190,9 @@ def test_a_stopped_fleet_leaves_no_service_running(tmp_path, sig, status) -> Non
         running = _processes_naming(str(out))
         assert len(running) >= 5, running  # the member's services are up
         job.send_signal(getattr(signal, sig))
+        for again in [signal.SIGINT, signal.SIGTERM, signal.SIGINT][:repeats]:
+            time.sleep(0.3)
+            job.send_signal(again)
         job.wait(timeout=60)
     finally:
         if job.poll() is None:
