@@ -80,7 +80,6 @@ import socket
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -88,7 +87,7 @@ from typing import Any
 import numpy as np
 from harness.provenance import git_commit, machine, write_json
 
-from fedsched.common.compute import single_threaded_worker
+from fedsched.common.compute import single_threaded_worker, worker_pool
 from fedsched.common.federation.members import member_cluster
 from fedsched.common.federation.run_config import app_defaults
 from fedsched.common.federation.weights import load_npz
@@ -480,7 +479,7 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
         init_central = evaluator(init)
     members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
     policies: dict[str, Any] = {"random start": init, **finals}
-    with ProcessPoolExecutor(cfg.workers, initializer=single_threaded_worker) as pool:
+    with worker_pool(cfg.workers, initializer=single_threaded_worker) as pool:
         log(f"probe decisions: up to {probes_per_member} per member")
         jobs = [(i, cfg.member_size, probes_per_member, 7) for i in range(cfg.clusters)]
         probes = [p for ps in pool.map(collect_probes, jobs) for p in ps]

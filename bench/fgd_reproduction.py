@@ -22,13 +22,13 @@ import csv
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 
 import numpy as np
 from harness.provenance import write_json
 
-from fedsched.common.compute import die_with_parent
+from fedsched.common.compute import worker_pool
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
 from fedsched.common.schedulers import SchedulerContext, make_scheduler
@@ -76,7 +76,7 @@ def main() -> int:
     tasks = [(w, p, s) for w in workloads for p in ours_names for s in seeds]
     results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     t0 = time.time()
-    with ProcessPoolExecutor(max_workers=args.jobs, initializer=die_with_parent) as pool:
+    with worker_pool(args.jobs) as pool:
         futures = [pool.submit(one_run, *t) for t in tasks]
         for k, f in enumerate(as_completed(futures), 1):
             w, p, s, a100, a130, dt = f.result()

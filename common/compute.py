@@ -1,7 +1,8 @@
 """How many threads the numeric libraries use in one process.
 
-Also here: :func:`die_with_parent`, a pool worker's initializer that ends the worker with the
-process that started it, and :func:`kill_with_parent_thread`, the same for any child process.
+Also here, for worker processes: :func:`worker_pool` (a process pool that a failure or Ctrl-C
+ends at once), :func:`die_with_parent` (a pool worker's initializer that ends the worker with
+the process that started it) and :func:`kill_with_parent_thread` (the same for any child).
 
 One BLAS (and torch) thread: the work of one decision is a few small matrix products, where a
 second thread only adds overhead, and an idle OpenBLAS worker spins on its core for a while
@@ -19,6 +20,9 @@ import multiprocessing
 import os
 import signal
 import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.context import BaseContext
 
 
 def single_threaded() -> None:
@@ -64,3 +68,31 @@ def die_with_parent() -> None:
     parent = multiprocessing.parent_process()
     if parent is not None and parent.pid != os.getppid():  # the parent died before the line above
         os._exit(1)
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int, mp_context: BaseContext | None = None,
+                initializer: Callable[[], None] = die_with_parent) -> Iterator[ProcessPoolExecutor]:
+    """A :class:`ProcessPoolExecutor` of ``workers`` processes started with ``initializer`` (one
+    that calls :func:`die_with_parent`). Leaving the block normally waits for the pool's work;
+    leaving it by an exception (Ctrl-C included) ends the pool at once (:func:`stop_pool`),
+    where the executor's own ``with`` would run every queued task first."""
+    pool = ProcessPoolExecutor(workers, mp_context=mp_context, initializer=initializer)
+    try:
+        yield pool
+    except BaseException:
+        stop_pool(pool)
+        raise
+    pool.shutdown()
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel what is queued and end the workers now: their running tasks' results would be lost
+    anyway, and without this the interpreter's exit waits for every running task. The workers
+    are reached through the executor's ``_processes`` (CPython's, there since 3.2; there is no
+    public way to end running tasks)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        with contextlib.suppress(OSError, ValueError):
+            worker.kill()

@@ -57,7 +57,7 @@ from typing import Any
 
 from fedsched.agent.federation.learners import ReplayCreditLearner
 from fedsched.agent.federation.round import MemberState
-from fedsched.common.compute import single_threaded_worker
+from fedsched.common.compute import single_threaded_worker, stop_pool
 from fedsched.common.federation.codec import personalised_mix
 from fedsched.common.federation.members import member_cluster
 from fedsched.common.federation.run_config import Value, run_config_arg
@@ -412,18 +412,6 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
     plot_rounds(report, out / "rounds.png")
     write_html(report, out / "rounds.png", out / "report.html", format_report(report))
     return report
-
-
-def stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Cancel what is queued and end the workers now: their running tasks' results would be lost
-    anyway, and without this the interpreter's exit waits for every running task (a replay or a
-    member's local rounds: tens of seconds). The workers are reached through the executor's
-    ``_processes`` (CPython's, unchanged since 3.2; no public way to end running tasks)."""
-    workers = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for worker in workers:
-        with contextlib.suppress(OSError, ValueError):
-            worker.kill()
 
 
 def _queue_what_needs_no_federated_model(

@@ -60,7 +60,7 @@ from fedsched.agent.learning.bc import BCConfig, collect, fit
 from fedsched.agent.learning.credit import BEHAVIOURS, CreditConfig, collect_credited, fit_credit
 from fedsched.agent.learning.env import THROTTLE_CREDITS, EnvConfig, RewardConfig, SchedulingEnv
 from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
-from fedsched.common.compute import die_with_parent
+from fedsched.common.compute import worker_pool
 from fedsched.common.learning.checkpoint import data_hash, load_checkpoint, save_checkpoint
 from fedsched.common.learning.kinds import NODE_SCORING, kind_of
 from fedsched.common.learning.scorers import scorer_for
@@ -319,7 +319,6 @@ def collect_parallel(recipe: OnlineRecipe, log: Any) -> list:
     installed), each stepping its share of the environments (round robin by index) for its share
     of ``credit.samples``; one process worker runs here. The same recipe gives the same
     decisions for the same worker count, whichever the engine."""
-    from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
     n = n_envs(recipe)
@@ -339,7 +338,7 @@ def collect_parallel(recipe: OnlineRecipe, log: Any) -> list:
     if workers == 1:
         return _collect_share(recipe, 0, shares[0], quotas[0], own_process=False)
     log(f"online credit: {workers} collection processes, {n} environments")
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=die_with_parent) as pool:
+    with worker_pool(workers, mp_context=get_context("spawn")) as pool:
         futures = [pool.submit(_collect_share, recipe, w, shares[w], quotas[w]) for w in range(workers)]
         out: list = []
         for f in futures:

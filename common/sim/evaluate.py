@@ -19,14 +19,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedsched.common.compute import die_with_parent, single_threaded
+from fedsched.common.compute import single_threaded, worker_pool
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.metrics import HIGHER_IS_BETTER, LEGACY_COUNTERS, METRICS, mean_ci95
@@ -132,7 +132,7 @@ def evaluate(spec: EvalSpec, jobs: int | None = None,
             if progress:
                 progress(len(outputs), len(tasks), outputs[-1])
     else:
-        with ProcessPoolExecutor(max_workers=jobs, initializer=die_with_parent) as pool:
+        with worker_pool(jobs) as pool:
             futures = [pool.submit(_run_star, t) for t in tasks]
             for f in as_completed(futures):
                 outputs.append(f.result())

@@ -123,3 +123,34 @@ def test_a_pool_worker_leaves_ctrl_c_to_its_parent_and_ends_on_sigterm() -> None
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert got == (int(signal.SIG_IGN), int(signal.SIG_DFL))
+
+
+def _sleep(seconds: float) -> int:
+    import os
+
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_a_failed_block_ends_its_worker_pool_at_once() -> None:
+    """Leaving ``worker_pool``'s block by an exception (Ctrl-C here) neither runs the queued tasks
+    nor waits for the running one (the executor's own ``with`` would do both: minutes here); the
+    workers are gone. Left normally, it waits for the work as the executor does."""
+    from fedsched.common.compute import worker_pool
+
+    with worker_pool(1) as pool:
+        assert pool.submit(_sleep, 0.1).result(timeout=60) > 0
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), worker_pool(2) as pool:
+        futures = [pool.submit(_sleep, 60) for _ in range(4)]
+        workers = list(pool._processes.values())  # the test looks inside
+        time.sleep(0.5)  # both running their first task
+        raise KeyboardInterrupt
+    assert time.monotonic() - t0 < 30
+    for w in workers:
+        w.join(10)
+        assert not w.is_alive()
+    deadline = time.monotonic() + 10  # the executor's thread marks the broken pool's futures
+    while not all(f.done() for f in futures) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(f.cancelled() or f.exception() is not None for f in futures)  # none ran to its end
