@@ -53,7 +53,8 @@ def _interrupt(signum: int, frame: object) -> None:
     """Ctrl-C or SIGTERM (a job runner's or ``kill``'s stop): the job stops the local Flower
     runtime it started and its worker processes instead of leaving them running. Further
     Ctrl-C and SIGTERM are ignored from here on: one landing in the stop, or in the exit's wait
-    for the workers, would cut it short (seen: a runtime left running, an exit that hung).
+    for the workers, would cut it short (seen: the job killed in the middle of its stop, an exit
+    that hung).
     SIGKILL still ends the job at once, and its workers with it."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)

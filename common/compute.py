@@ -1,6 +1,7 @@
-"""How many threads the numeric libraries use in one process.
+"""Compute in worker processes: how many threads the numeric libraries use in one process, and
+process pools that end with the process that started them.
 
-Also here, for worker processes: :func:`worker_pool` (a process pool that a failure or Ctrl-C
+For worker processes: :func:`worker_pool` (a process pool that a failure or Ctrl-C
 ends at once), :func:`die_with_parent` (a pool worker's initializer that ends the worker with
 the process that started it) and :func:`kill_with_parent_thread` (the same for any child).
 
