@@ -28,10 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=("packing", "replay"), default="packing")
     p.add_argument("--policy", action="append", dest="policies", metavar="NAME",
                    help="baseline name or checkpoint path (repeatable; default: kube-default)")
-    p.add_argument("--seeds", type=int, default=10, help="number of seeds (42, 43, ...)")
+    p.add_argument("--seeds", type=int, default=10, help="number of seeds (42, 43, ...; at most 10,000)")
     p.add_argument("--first-seed", type=int, default=42)
     p.add_argument("--target-load", type=float, default=1.3,
-                   help="packing: arrived requests as a multiple of capacity")
+                   help="packing: arrived requests as a multiple of capacity (in (0, 10])")
     p.add_argument("--split", choices=("hash", "none"), default="hash",
                    help="hash: statistics from the train part, workload from the test part; "
                         "none: the whole pod list for both (the published FGD protocol)")
@@ -48,11 +48,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+MAX_SEEDS = 10_000  # seconds to minutes a run: more is days of work, or a typo
+MAX_TARGET_LOAD = 10.0  # arrived requests 10x capacity; the pod list a run draws grows with it
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.seeds < 1:
-        raise ValueError("--seeds must be at least 1")
-    if args.target_load <= 0:
-        raise ValueError("--target-load must be positive")
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise ValueError(f"--seeds must be in [1, {MAX_SEEDS:,}], got {args.seeds}")
+    if args.first_seed < 0:
+        raise ValueError(f"--first-seed must be at least 0, got {args.first_seed}")
+    if not 0 < args.target_load <= MAX_TARGET_LOAD:  # NaN fails this too
+        raise ValueError(f"--target-load must be in (0, {MAX_TARGET_LOAD:g}], got {args.target_load}")
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     nodes = load_nodes(resolve_path(args.nodes))
     pods = load_pods(resolve_path(args.pods), nodes, allow_oversized=args.allow_oversized)
     train = (load_pods(resolve_path(args.train_pods), nodes, allow_oversized=args.allow_oversized)

@@ -83,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--eval-seeds must be at least 2 (one seed has no interval)")
         cfg.eval_seeds = args.eval_seeds
     if args.seed is not None:
+        if not 0 <= args.seed < 2**63:  # torch's seed range (numpy's seeds are non-negative)
+            raise ValueError(f"--seed must be in [0, 2**63), got {args.seed}")
         cfg.seed = args.seed
     if args.init is not None:
         cfg.init = args.init

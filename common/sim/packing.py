@@ -43,8 +43,8 @@ def uses_gpu_measure(nodes: NodeTable) -> bool:
 def packing_workload(pool: PodTable, nodes: NodeTable, target_load: float,
                      rng: np.random.Generator) -> np.ndarray:
     """Indices into ``pool`` in arrival order (see module docstring)."""
-    if target_load <= 0:
-        raise ValueError(f"target load must be positive, got {target_load}")
+    if not target_load > 0 or target_load == float("inf"):  # NaN would never be reached: no end
+        raise ValueError(f"target load must be a positive finite number, got {target_load}")
     if uses_gpu_measure(nodes):
         size, capacity = pool.gpu_request, float(nodes.total_gpu_milli)
     else:

@@ -61,6 +61,26 @@ def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path, capsys):
     assert main(["evaluate", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "0"]) == 2
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--seeds", "0"], "--seeds must be in [1, 10,000], got 0"),
+    (["--seeds", "1000000000"], "--seeds must be in [1, 10,000]"),  # once: a billion-seed list first
+    (["--first-seed", "-5"], "--first-seed must be at least 0, got -5"),
+    (["--target-load", "nan"], "--target-load must be in (0, 10], got nan"),  # once: drew pods forever
+    (["--target-load", "1e9"], "--target-load must be in (0, 10], got 1000000000.0"),
+    (["--target-load", "-1"], "--target-load must be in (0, 10]"),
+    (["--jobs", "0"], "--jobs must be at least 1, got 0"),
+])
+def test_a_bad_number_is_one_clear_line_and_nothing_runs(tmp_path, capsys, args, message):
+    """Hostile numbers on the command line: each is refused before any file is read or any run
+    starts, with one line naming the flag (a NaN target load used to draw pods forever, a
+    billion seeds to build a billion-seed list first, a negative first seed to end in numpy's
+    message without the flag's name)."""
+    nodes, pods = write_cluster(tmp_path)
+    assert main(["evaluate", "--nodes", str(nodes), "--pods", str(pods), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("which", ["--nodes", "--pods", "--train-pods"])
 def test_a_huge_field_or_a_directory_is_one_line_naming_the_file_not_a_traceback(tmp_path, capsys, which):
     """Issue 26, item 7: a CSV with a 2 MB field (past the csv module's field limit) and a

@@ -12,6 +12,8 @@ from fedsched.cli.main import main
     (["--eval-seeds", "1"], "--eval-seeds must be at least 2"),
     (["--clusters", "1"], "--clusters must be at least 2"),
     (["--rounds", "0"], "--rounds must be at least 1"),
+    (["--seed", "-1"], "--seed must be in [0, 2**63), got -1"),
+    (["--seed", str(2**64 + 5)], "--seed must be in [0, 2**63)"),
     (["--eta", "1.5"], "--eta must be in [0, 1]"),
 ])
 def test_a_bad_value_is_one_clear_error_and_nothing_runs(tmp_path, capsys, args, message) -> None:

@@ -185,3 +185,11 @@ def test_the_idle_gpu_account_refuses_a_top_below_one(top):
     pods = make_pods([1000], [512], [1], [500])
     with pytest.raises(ValueError, match="top must be at least 1"):
         PackingSimulator(nodes, pods, target_load=1.0, seed=0).idle_gpu_account(top=top)
+
+
+@pytest.mark.parametrize("load", [float("nan"), float("inf"), 0.0, -1.0])
+def test_a_target_load_that_cannot_be_reached_is_refused(load) -> None:
+    """A NaN target is never passed, so the workload's draw would never end; inf neither."""
+    nodes = make_nodes([8000] * 2, [8192] * 2, [2, 2])
+    with pytest.raises(ValueError, match="target load must be a positive finite number"):
+        packing_workload(make_pods([1000], [1024], [1], [500]), nodes, load, np.random.default_rng(0))
