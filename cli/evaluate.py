@@ -10,6 +10,7 @@ from tqdm import tqdm
 from fedsched.common.dataclass_flags import add_dataclass_flags, given
 from fedsched.common.model.traces import load_nodes, load_pods, resolve_path
 from fedsched.common.sim.evaluate import EvalSpec, evaluate, format_table, plot, write_json
+from fedsched.common.sim.packing import MAX_TARGET_LOAD
 from fedsched.common.sim.replay import ReplayConfig
 
 DEFAULT_NODES = "builtin:openb_node_list_gpu_node.csv"
@@ -49,7 +50,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 MAX_SEEDS = 10_000  # seconds to minutes a run: more is days of work, or a typo
-MAX_TARGET_LOAD = 10.0  # arrived requests 10x capacity; the pod list a run draws grows with it
 
 
 def run(args: argparse.Namespace) -> int:

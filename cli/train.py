@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import fields, replace
 from typing import Any
@@ -25,6 +26,7 @@ from tqdm import tqdm
 
 from fedsched.common.dataclass_flags import add_dataclass_flags, build, default_of, given
 from fedsched.common.model.traces import load_nodes, load_pods, resolve_path
+from fedsched.common.sim.packing import MAX_TARGET_LOAD
 
 DEFAULT_NODES = "builtin:openb_node_list_gpu_node.csv"
 DEFAULT_PODS = "builtin:openb_pod_list_default.csv"
@@ -150,12 +152,59 @@ def build_spec(args: argparse.Namespace, nodes: Any = None, pods: Any = None) ->
         nodes=nodes, pods=pods, algo=algo, ppo=ppo, td3=td3, bc=bc,
         reward=config("RewardConfig"),
         replay=given(c["ReplayConfig"], args, prefix=PREFIXES["ReplayConfig"]),
-        time_budget_s=args.time_budget * 60 if args.time_budget else None))
+        time_budget_s=args.time_budget * 60 if args.time_budget is not None else None))
     for name, value in (("--steps", min(ppo.total_steps, td3.total_steps)), ("--num-envs", spec.num_envs),
                         ("--num-steps", ppo.num_steps)):
         if value < 1:
             raise ValueError(f"{name} must be positive, got {value}")
+    check_numbers(spec)
     return spec
+
+
+MAX_NUM_ENVS = 1024  # each holds a cluster and its caches: more only fills the memory
+AT_LEAST_ONE = {"ppo": ("num_minibatches", "update_epochs", "hidden", "torch_threads"),
+                "td3": ("total_steps", "buffer_size", "batch_size", "policy_delay", "hidden", "log_every",
+                        "torch_threads"),
+                "bc": ("samples", "epochs", "batch_size"), "": ("window",)}
+AT_LEAST_ZERO = {"ppo": ("seed", "critic_warmup"), "td3": ("seed", "learning_starts"), "bc": ("seed",),
+                 "": ("slice_nodes", "eval_every", "eval_nodes", "eval_seed", "checkpoint_every")}
+FRACTIONS = {"ppo": ("gamma", "gae_lambda"), "td3": ("gamma", "tau")}
+RATES = {"ppo": ("learning_rate",), "td3": ("actor_lr", "critic_lr"), "bc": ("learning_rate",)}
+
+
+def check_numbers(spec: Any) -> None:
+    """Numbers nothing can train with, refused with the flag's name before any data is read:
+    a NaN or infinite value anywhere (a NaN discount used to end in a tensor dump), counts below
+    1 (``--hidden 0`` trained a network of no width), seeds and sizes below 0 (numpy's message
+    names no flag), discounts outside [0, 1], learning rates not above 0, and the target load,
+    environments and time budget outside their ranges."""
+    if spec.time_budget_s is not None and not 0 < spec.time_budget_s < math.inf:  # NaN too
+        raise ValueError(f"--time-budget must be above 0 minutes, got {spec.time_budget_s / 60:g}")
+    parts = {"": spec, "ppo": spec.ppo, "td3": spec.td3, "bc": spec.bc, "reward": spec.reward}
+
+    def flag(part: str, name: str) -> str:
+        return "--" + (f"{part}-" if part else "") + name.replace("_", "-")
+
+    for part, cfg in parts.items():
+        for f in fields(cfg):
+            v = getattr(cfg, f.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"{flag(part, f.name)} must be a finite number, got {v}")
+    checks = [(AT_LEAST_ONE, lambda v: v >= 1, "must be at least 1"),
+              (AT_LEAST_ZERO, lambda v: v >= 0, "must be at least 0"),
+              (FRACTIONS, lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+              (RATES, lambda v: v > 0, "must be above 0")]
+    for table, ok, says in checks:
+        for part, names in table.items():
+            for name in names:
+                v = getattr(parts[part], name)
+                if v is not None and not ok(v):
+                    raise ValueError(f"{flag(part, name)} {says}, got {v}")
+    if not 0 < spec.target_load <= MAX_TARGET_LOAD:
+        raise ValueError(f"--target-load must be in (0, {MAX_TARGET_LOAD:g}], got {spec.target_load}")
+    if spec.num_envs > MAX_NUM_ENVS:
+        raise ValueError(f"--num-envs must be at most {MAX_NUM_ENVS}, got {spec.num_envs}")
+
 
 
 def run(args: argparse.Namespace) -> int:

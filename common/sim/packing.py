@@ -40,6 +40,9 @@ def uses_gpu_measure(nodes: NodeTable) -> bool:
     return int(nodes.gpu.sum()) > 0
 
 
+MAX_TARGET_LOAD = 10.0  # the command lines' bound: the pods a run draws grow with the target
+
+
 def packing_workload(pool: PodTable, nodes: NodeTable, target_load: float,
                      rng: np.random.Generator) -> np.ndarray:
     """Indices into ``pool`` in arrival order (see module docstring)."""

@@ -237,6 +237,8 @@ def changed(obj):
         v = getattr(obj, f.name)
         values[f.name] = (not v if isinstance(v, bool) else v + 1 if isinstance(v, int)
                           else v * 2 + 0.5 if isinstance(v, float) else v)
+        if f.name in ("gamma", "gae_lambda", "tau"):  # a fraction stays one (checked by the CLI)
+            values[f.name] = v / 2
     return replace(obj, **values)
 
 
@@ -336,3 +338,26 @@ def test_the_flag_names_of_the_scripts_and_readme_still_work():
 def test_non_positive_sizes_are_refused(argv):
     with pytest.raises(ValueError, match="must be positive"):
         build_spec(parse_train(*argv))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--hidden", "0"], "--ppo-hidden must be at least 1, got 0"),  # once trained a network of no width
+    (["--seed", "-1"], "--ppo-seed must be at least 0, got -1"),
+    (["--slice-nodes", "-3"], "--slice-nodes must be at least 0, got -3"),
+    (["--ppo-gamma", "nan"], "--ppo-gamma must be a finite number, got nan"),  # once a tensor dump
+    (["--ppo-gamma", "1.5"], "--ppo-gamma must be in [0, 1], got 1.5"),
+    (["--td3-tau", "-0.1"], "--td3-tau must be in [0, 1]"),
+    (["--lr", "0"], "--ppo-learning-rate must be above 0, got 0.0"),
+    (["--reward-oom", "inf"], "--reward-oom must be a finite number, got inf"),
+    (["--target-load", "nan"], "--target-load must be a finite number, got nan"),
+    (["--target-load", "1e9"], "--target-load must be in (0, 10], got 1000000000.0"),
+    (["--num-envs", "100000"], "--num-envs must be at most 1024, got 100000"),
+    (["--time-budget", "-1"], "--time-budget must be above 0 minutes, got -1"),  # once: status 0 at once
+    (["--time-budget", "0"], "--time-budget must be above 0 minutes, got 0"),  # once meant no limit
+    (["--time-budget", "nan"], "--time-budget must be above 0 minutes, got nan"),
+])
+def test_numbers_nothing_can_train_with_are_refused_by_their_flag(argv, message):
+    """Hostile numbers: each refused before any data is read, naming its flag."""
+    with pytest.raises(ValueError) as refused:
+        build_spec(parse_train(*argv))
+    assert message in str(refused.value)
