@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from pathlib import Path
@@ -49,24 +48,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    """Ctrl-C or SIGTERM (a job runner's or ``kill``'s stop): the job stops the local Flower
-    runtime it started and its worker processes instead of leaving them running. Further
-    Ctrl-C and SIGTERM are ignored from here on: one landing in the stop, or in the exit's wait
-    for the workers, would cut it short (seen: the job killed in the middle of its stop, an exit
-    that hung).
-    SIGKILL still ends the job at once, and its workers with it."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
+def _stopping() -> None:
     print("federate: stopping (the local Flower runtime and the worker processes); a second Ctrl-C "
           "is ignored", file=sys.stderr, flush=True)
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def run(args: argparse.Namespace) -> int:
     from fedsched.common.federation.run_config import APP_DIR
     from fedsched.experiment.config import FederateConfig
     from fedsched.experiment.federate import federate
+    from fedsched.experiment.processes import stopped_by_signals
     from fedsched.experiment.report_text import format_report
 
     cfg = FederateConfig.quick() if args.quick else FederateConfig()
@@ -104,14 +95,9 @@ def run(args: argparse.Namespace) -> int:
         minutes, seconds = divmod(int(time.monotonic() - started), 60)
         print(f"federate [{minutes}:{seconds:02d}]: {msg}", file=sys.stderr, flush=True)
 
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    # Ctrl-C and SIGTERM stop the job: the local Flower runtime and the workers it started too
+    with stopped_by_signals(_stopping):
         report = federate(Path(args.out), cfg, app_dir, progress, reuse=args.reuse)
-    finally:
-        # after a signal both stay ignored until the process has exited; otherwise back as they were
-        if signal.getsignal(signal.SIGTERM) is _interrupt:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
     print(format_report(report))
     print(f"wrote {Path(args.out) / 'report.json'} and {Path(args.out) / 'rounds.png'}", file=sys.stderr)
     return 0

@@ -206,7 +206,6 @@ def check_numbers(spec: Any) -> None:
         raise ValueError(f"--num-envs must be at most {MAX_NUM_ENVS}, got {spec.num_envs}")
 
 
-
 def run(args: argparse.Namespace) -> int:
     from fedsched.agent.learning.training import run_training
 

@@ -57,7 +57,7 @@ from typing import Any
 
 from fedsched.agent.federation.learners import ReplayCreditLearner
 from fedsched.agent.federation.round import MemberState
-from fedsched.common.compute import single_threaded_worker, stop_pool
+from fedsched.common.compute import single_threaded_worker, worker_pool
 from fedsched.common.federation.codec import personalised_mix
 from fedsched.common.federation.members import member_cluster
 from fedsched.common.federation.run_config import Value, run_config_arg
@@ -332,8 +332,8 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
     member_cfg = cfg.member_config(out)
     members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
     n = cfg.clusters
-    pool = ProcessPoolExecutor(cfg.workers, initializer=single_threaded_worker)
-    try:
+    # a failed or interrupted run ends the job now, not after the queue (worker_pool)
+    with worker_pool(cfg.workers, initializer=single_threaded_worker) as pool:
         queued = None
         if cfg.beside_flower:
             queued = _queue_what_needs_no_federated_model(pool, members, cfg, init, out, reused, progress)
@@ -398,10 +398,6 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
                 "heuristic_validation_scores": scores, "local_only_val": local[i][1],
                 "federated_val": fed_val,
             }
-    except BaseException:
-        stop_pool(pool)  # a failed or interrupted run ends the job now, not after the queue
-        raise
-    pool.shutdown()
     phases["evaluation"] = round(time.time() - t, 1)
     report["verdicts"] = verdicts(report, cfg)
     report["fleet"] = fleet_verdicts(report, cfg)

@@ -92,7 +92,7 @@ from fedsched.experiment.control_plane import (
 )
 from fedsched.experiment.flower import BIN
 from fedsched.experiment.hub import CONNECTION, Hub, start_hub
-from fedsched.experiment.processes import HOST, free_port, tail, wait_for
+from fedsched.experiment.processes import HOST, free_port, stopped_by_signals, tail, wait_for
 from fedsched.experiment.prometheus import PrometheusServer, running_prometheus
 
 __all__ = ["Member", "Workload", "load_inventory", "main", "member_cluster", "run_workload"]
@@ -524,27 +524,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-every", type=float, default=15.0)
     ap.add_argument("--out", default=None, help="working directory (default: a temporary one, removed)")
     args = ap.parse_args(argv)
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _run(args)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: every service was stopped on the way out
+        with stopped_by_signals():  # Ctrl-C, SIGTERM: the with blocks stop every service on the way out
+            return _run(args)
+    except KeyboardInterrupt:
         print("fleet: interrupted; stopped every process it started", file=sys.stderr, flush=True)
         return 130
     except RuntimeError as e:  # a service or a member's workload failed: every service was stopped too
         print(f"fleet: error: {e}", file=sys.stderr, flush=True)
         return 1
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    """Ctrl-C or SIGTERM: the fleet's ``with`` blocks stop the services it started. Further
-    Ctrl-C and SIGTERM are ignored while they do (one landing there would cut the stop short);
-    SIGKILL still ends the fleet at once, and its services with it."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _run(args: argparse.Namespace) -> int:

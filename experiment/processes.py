@@ -16,14 +16,14 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from fedsched.common.compute import kill_with_parent_thread
 
-__all__ = ["HOST", "Procs", "ephemeral_range", "free_port", "tail", "wait_for"]
+__all__ = ["HOST", "Procs", "ephemeral_range", "free_port", "stopped_by_signals", "tail", "wait_for"]
 
 HOST = "127.0.0.1"
 T = TypeVar("T")
@@ -131,3 +131,29 @@ class Procs:
     def stop_all(self) -> None:
         for p in reversed(self.procs):
             self.stop(p)
+
+
+@contextlib.contextmanager
+def stopped_by_signals(on_stop: Callable[[], None] | None = None) -> Iterator[None]:
+    """Ctrl-C or SIGTERM (a job runner's stop) inside raises KeyboardInterrupt once, so that the
+    block's ``with`` and ``finally`` clauses stop what it started (``on_stop`` runs first, e.g. to
+    say so). From then on both are ignored until the process exits: one landing in that stop
+    would cut it short (seen on the main job: killed in the middle of stopping its runtime, an
+    exit that hung); SIGKILL still ends it at once. Without a signal, the handlers are put back as
+    they were. For a command's main thread."""
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def interrupt(signum: int, frame: object) -> None:
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
+        if on_stop is not None:
+            on_stop()
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in signals}
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is interrupt:  # no signal came
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

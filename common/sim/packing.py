@@ -46,7 +46,7 @@ MAX_TARGET_LOAD = 10.0  # the command lines' bound: the pods a run draws grow wi
 def packing_workload(pool: PodTable, nodes: NodeTable, target_load: float,
                      rng: np.random.Generator) -> np.ndarray:
     """Indices into ``pool`` in arrival order (see module docstring)."""
-    if not target_load > 0 or target_load == float("inf"):  # NaN would never be reached: no end
+    if not 0 < target_load < float("inf"):  # a NaN target is never reached: the draw would not end
         raise ValueError(f"target load must be a positive finite number, got {target_load}")
     if uses_gpu_measure(nodes):
         size, capacity = pool.gpu_request, float(nodes.total_gpu_milli)

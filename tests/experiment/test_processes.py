@@ -1,15 +1,19 @@
-"""The experiment's process helpers: free ports outside the kernel's ephemeral range."""
+"""The experiment's process helpers: free ports outside the kernel's ephemeral range, and a command
+stopped by Ctrl-C or SIGTERM once."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import socket
+import time
 from pathlib import Path
 
 import pytest
 
 from fedsched.experiment import processes
-from fedsched.experiment.processes import HOST, ephemeral_range, free_port
+from fedsched.experiment.processes import HOST, ephemeral_range, free_port, stopped_by_signals
 
 
 def test_free_ports_are_outside_the_ephemeral_range_distinct_and_bindable() -> None:
@@ -53,3 +57,26 @@ def test_ephemeral_range_read_or_linux_default(tmp_path: Path, text: str, expect
     f.write_text(text)
     assert ephemeral_range(f) == expected
     assert ephemeral_range(tmp_path / "missing") == (32768, 60999)
+
+
+def test_a_signal_stops_the_block_once_and_later_ones_are_ignored() -> None:
+    """SIGTERM inside ``stopped_by_signals`` raises KeyboardInterrupt once, after ``on_stop``;
+    a later Ctrl-C or SIGTERM (a second one while stopping) is ignored; without a signal the
+    handlers are put back as they were."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with stopped_by_signals():
+            pass
+        assert {sig: signal.getsignal(sig) for sig in before} == before
+        said: list[str] = []
+        with pytest.raises(KeyboardInterrupt, match="signal 15"), \
+                stopped_by_signals(lambda: said.append("stopping")):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises before this ends
+        assert said == ["stopping"]
+        assert signal.getsignal(signal.SIGINT) == signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)  # ignored: nothing raised
+        os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
