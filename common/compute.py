@@ -21,9 +21,12 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import BaseContext
+
+MANAGER_JOIN_S = 10.0  # stop_pool's wait for the executor's manager thread
 
 
 def single_threaded() -> None:
@@ -91,9 +94,17 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     """Cancel what is queued and end the workers now: their running tasks' results would be lost
     anyway, and without this the interpreter's exit waits for every running task. The workers
     are reached through the executor's ``_processes`` (CPython's, there since 3.2; there is no
-    public way to end running tasks)."""
+    public way to end running tasks).
+
+    Returns once the executor's manager thread has seen its workers die and closed its pipes
+    (``_executor_manager_thread``, at most ``MANAGER_JOIN_S``): at the interpreter's exit
+    ``concurrent.futures`` wakes every manager thread still listed, and one closing its pipe at
+    that moment ended the exit with ``OSError: [Errno 9] Bad file descriptor`` and a traceback."""
     workers = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for worker in workers:
         with contextlib.suppress(OSError, ValueError):
             worker.kill()
+    if isinstance(manager, threading.Thread) and manager is not threading.current_thread():
+        manager.join(MANAGER_JOIN_S)

@@ -135,7 +135,8 @@ def _sleep(seconds: float) -> int:
 def test_a_failed_block_ends_its_worker_pool_at_once() -> None:
     """Leaving ``worker_pool``'s block by an exception (Ctrl-C here) neither runs the queued tasks
     nor waits for the running one (the executor's own ``with`` would do both: minutes here); the
-    workers are gone. Left normally, it waits for the work as the executor does."""
+    workers and the executor's manager thread are gone. Left normally, it waits for the work as
+    the executor does."""
     from fedsched.common.compute import worker_pool
 
     with worker_pool(1) as pool:
@@ -144,9 +145,13 @@ def test_a_failed_block_ends_its_worker_pool_at_once() -> None:
     with pytest.raises(KeyboardInterrupt), worker_pool(2) as pool:
         futures = [pool.submit(_sleep, 60) for _ in range(4)]
         workers = list(pool._processes.values())  # the test looks inside
+        manager = pool._executor_manager_thread
         time.sleep(0.5)  # both running their first task
         raise KeyboardInterrupt
     assert time.monotonic() - t0 < 30
+    # the executor's thread is done with its pipes before the block is left: at the interpreter's
+    # exit one still closing them ended the exit with "OSError: Bad file descriptor" (2 exits of 30)
+    assert manager is not None and not manager.is_alive()
     for w in workers:
         w.join(10)
         assert not w.is_alive()
