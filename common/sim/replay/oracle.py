@@ -65,7 +65,11 @@ which observing an application's running pods approaches: ``Telemetry.app_usage`
 alone, the ranking of a CPU LeastAllocated with the oracle's fill and memory guard). The node
 loads are the same sums over the bound pods of those per-pod values. Their gaps to ``oracle``
 split its gain into what knowing each pod, knowing each application and its scoring rule alone
-are worth.
+are worth. ``"prod"`` (``oracle-prod``) reads every pod's own true mean as ``"pod"`` does, but
+counts a best-effort pod's CPU as 0 in every node's load and in ``L_cpu`` (the usage model
+squeezes best-effort use into the CPU the node's other pods leave idle, so it never throttles
+another pod): the CPU risk is then the expected use of the pods that can be throttled. Its gap
+to ``oracle`` says what the best-effort squeeze, which ``oracle`` ignores, is worth.
 
 Arguments (:class:`OracleArgs`): ``fill`` (default 0.5), ``mem_guard`` (default None:
 the simulator's ``overload_threshold``) and ``knows`` (default ``"pod"``).
@@ -78,16 +82,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.model.cluster import QOS_CLASSES, ClusterState, Pod
 from fedsched.common.schedulers.base import Scheduler, SchedulerArgs, SchedulerContext, check_float
 
 if TYPE_CHECKING:
     from fedsched.common.sim.replay.simulator import ReplaySimulator
 
 ORACLE = "oracle"
-KNOWS = ("pod", "app", "workload")
-ORACLE_VARIANTS = {ORACLE: "pod", "oracle-app": "app", "oracle-workload": "workload"}
+KNOWS = ("pod", "app", "workload", "prod")
+ORACLE_VARIANTS = {ORACLE: "pod", "oracle-app": "app", "oracle-workload": "workload", "oracle-prod": "prod"}
 """The evaluation's names of the oracle and of its variants, with what each knows (``OracleArgs.knows``)."""
+BEST_EFFORT = QOS_CLASSES.index("BE")
 GUARD_OFFSET = 1000.0  # below every node that keeps the memory guard (cpu_after < 1000)
 
 
@@ -100,7 +105,8 @@ class OracleArgs(SchedulerArgs):
     mem_guard: float | None = None
     """expected memory use / capacity a placement must keep (None: the simulator's overload_threshold)"""
     knows: str = "pod"
-    """whose true mean use it reads: each pod's (pod), its application's per request (app), the workload's"""
+    """whose true mean use it reads: each pod's (pod), its application's per request (app), the workload's
+    (workload), each pod's with best-effort CPU counted as 0 (prod)"""
 
     def __post_init__(self) -> None:
         if self.knows not in KNOWS:
@@ -135,16 +141,22 @@ class Oracle(Scheduler):
         self.mem_guard = float(sim.config.overload_threshold) if a.mem_guard is None else a.mem_guard
         rows = sim.workload.pod
         cpu, mem = sim.expected_use(rows)
+        if a.knows == "prod":
+            cpu = np.where(sim.pods.qos[rows] == BEST_EFFORT, 0.0, cpu)
         req = float(sim.pods.cpu[rows].sum())
         self.use_per_request = float(cpu.sum()) / req if req > 0 else 1.0
         self.estimate = None if a.knows == "pod" else self._estimates(sim, rows, cpu, mem)
 
     def _estimates(self, sim: ReplaySimulator, rows: np.ndarray, cpu: np.ndarray,
                    mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Every PodTable row's use as ``knows`` estimates it: request x the true mean use per
+        """Every PodTable row's use as ``knows`` estimates it: its own true mean with a best-effort
+        pod's CPU as 0 (``prod``), or request x the true mean use per
         request of its application (``app``; pods without one, code -1, form one group) or of the
         workload (``workload``), both over the replayed pods (requests of 0 count as 1)."""
         n = len(sim.pods.cpu)
+        if self.args.knows == "prod":
+            all_cpu, all_mem = sim.expected_use(np.arange(n))
+            return np.where(sim.pods.qos == BEST_EFFORT, 0.0, all_cpu), all_mem
         req_cpu = np.maximum(sim.pods.cpu.astype(np.float64), 1.0)
         req_mem = np.maximum(sim.pods.mem.astype(np.float64), 1.0)
         if self.args.knows == "workload":

@@ -17,7 +17,7 @@ from fedsched.common.model.traces import split_by_hash
 from fedsched.common.schedulers import BASELINES, REFERENCES, SchedulerContext, make_scheduler, place
 from fedsched.common.sim.evaluate import make_policy
 from fedsched.common.sim.replay import ReplayConfig, ReplaySimulator
-from fedsched.common.sim.replay.oracle import ORACLE, Oracle, OracleArgs
+from fedsched.common.sim.replay.oracle import BEST_EFFORT, ORACLE, Oracle, OracleArgs
 from tests.paths import REPO
 
 
@@ -101,7 +101,7 @@ def test_the_benchmark_smallest_run_and_the_oracle_beats_the_hot_node_preferrer(
 
 
 @pytest.mark.parametrize(("name", "knows"), [("oracle", "pod"), ("oracle-app", "app"),
-                                              ("oracle-workload", "workload")])
+                                              ("oracle-workload", "workload"), ("oracle-prod", "prod")])
 def test_the_oracles_variants_by_name(name, knows) -> None:
     sched = make_policy(name, SchedulerContext(), "replay")
     assert isinstance(sched, Oracle) and sched.args.knows == knows and sched.name == name
@@ -152,3 +152,32 @@ def test_a_variants_estimates_keep_each_groups_true_total_and_score_by_the_same_
     knows_each_pod = Oracle()
     knows_each_pod.attach_simulator(sim)
     assert not np.allclose(knows_each_pod.score(state, pod, cand), want)  # what it knows changes its scores
+
+
+def test_the_prod_variant_counts_no_best_effort_cpu(web) -> None:
+    """``prod``: each pod's own true mean, except a best-effort pod's CPU, which is 0 (the usage
+    model squeezes it into idle CPU): in the node loads, in the incoming pod's use and in the
+    workload's use per request; memory is every pod's true mean."""
+    nodes, pods = web
+    sim = ReplaySimulator(nodes, pods, config=ReplayConfig(target_load=0.85), seed=5)
+    oracle = Oracle(args=OracleArgs(knows="prod"))
+    oracle.attach_simulator(sim)
+    est_cpu, est_mem = oracle.estimate
+    every = np.arange(len(pods))
+    cpu, mem = sim.expected_use(every)
+    be = pods.qos == BEST_EFFORT
+    assert be.any() and (~be).any()
+    np.testing.assert_array_equal(est_cpu, np.where(be, 0.0, cpu))
+    np.testing.assert_array_equal(est_mem, mem)
+    rows = sim.workload.pod
+    assert oracle.use_per_request == pytest.approx(est_cpu[rows].sum() / pods.cpu[rows].sum())
+    kd = make_scheduler("kube-default")
+    for _ in range(300):
+        pod, state = sim.next_pod()
+        sim.bind(place(kd, state, pod, sim.rng))
+    bound = np.array([p for p in range(len(pods)) if sim._node[p] >= 0])
+    be_cpu = np.where(be, cpu, 0.0)[bound]
+    be_load = np.bincount(np.array(sim._node)[bound], weights=be_cpu, minlength=len(nodes))
+    assert be_load.max() > 0
+    full_cpu, _ = sim.expected_node_use()
+    np.testing.assert_allclose(sim.node_sums(est_cpu, est_mem)[0], full_cpu - be_load, atol=1e-6)
