@@ -31,7 +31,8 @@ from harness.provenance import write_json
 from fedsched.common.compute import worker_pool
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
-from fedsched.common.schedulers import SchedulerContext, make_scheduler
+from fedsched.common.schedulers import make_scheduler
+from fedsched.common.sim.evaluate import scheduler_context
 from fedsched.common.sim.packing import run_packing
 
 PUBLISHED = Path(__file__).parent / "data" / "fgd-atc23" / "analysis_allo_discrete.csv"
@@ -54,7 +55,7 @@ def published(workload: str, seeds: list[int]) -> dict[str, tuple[float, float]]
 def one_run(workload: str, policy: str, seed: int) -> tuple[str, str, int, float, float, float]:
     nodes = load_nodes(builtin_trace("openb_node_list_gpu_node.csv"))
     pods = load_pods(builtin_trace(f"openb_pod_list_{workload}.csv"), nodes, allow_oversized=True)
-    ctx = SchedulerContext(train_pods=pods, rng=np.random.default_rng(seed + 1_000_003))
+    ctx = scheduler_context(pods, seed)
     t0 = time.perf_counter()
     res = run_packing(nodes, pods, make_scheduler(policy, ctx), target_load=1.3, seed=seed,
                       typical=TypicalPods.from_pods(pods))

@@ -66,6 +66,7 @@ from fedsched.common.model.traces import (
     split_train_val_test,
 )
 from fedsched.common.schedulers import Scheduler, SchedulerContext, make_scheduler
+from fedsched.common.sim.evaluate import scheduler_context
 from fedsched.common.sim.packing import run_packing
 
 
@@ -247,8 +248,8 @@ def evaluate_baseline(name: str, nodes: NodeTable, pods: PodTable, train: PodTab
     """:func:`evaluate_policy` for a registered baseline (statistics from ``train``)."""
     out = []
     for s in seeds:
-        ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(s + 1_000_003))
-        out.append(float(run_packing(nodes, pods, make_scheduler(name, ctx), target_load=target_load,
+        scheduler = make_scheduler(name, scheduler_context(train, s))
+        out.append(float(run_packing(nodes, pods, scheduler, target_load=target_load,
                                      seed=s, typical=typical).metrics["alloc_gpu"]))
     return out
 

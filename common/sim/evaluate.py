@@ -61,7 +61,13 @@ class RunOutput:
     idle_gpu: dict[str, Any] | None = None  # packing: where the GPU stays idle at the end (PackingResult)
 
 
-def _split(spec: EvalSpec) -> tuple[PodTable, PodTable]:
+def scheduler_context(train: PodTable, seed: int) -> SchedulerContext:
+    """The context a scheduler is built with for one run of ``seed``: statistics from ``train``
+    and a random stream of its own (a policy's sampling never shares the run's tie-breaks)."""
+    return SchedulerContext(train_pods=train, rng=np.random.default_rng(seed + 1_000_003))
+
+
+def split(spec: EvalSpec) -> tuple[PodTable, PodTable]:
     """(statistics pods, workload pods)."""
     if spec.train_pods is not None:
         return spec.train_pods, spec.pods
@@ -90,10 +96,9 @@ def make_policy(name: str, ctx: SchedulerContext, mode: str) -> Scheduler:
 def run_one(spec: EvalSpec, policy: str, seed: int) -> RunOutput:
     """One policy on one seed; also the unit of work of the process pool."""
     single_threaded()
-    train, work = _split(spec)
+    train, work = split(spec)
     typical = TypicalPods.from_pods(train)
-    ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(seed + 1_000_003))
-    scheduler = make_policy(policy, ctx, spec.mode)
+    scheduler = make_policy(policy, scheduler_context(train, seed), spec.mode)
     if spec.mode == "packing":
         res = run_packing(spec.nodes, work, scheduler, target_load=spec.target_load, seed=seed,
                           typical=typical)
@@ -120,7 +125,7 @@ def evaluate(spec: EvalSpec, jobs: int | None = None,
     reference is among the policies) and, in packing mode, ``curves`` (mean allocation % against
     arrived % per policy) for the plot.
     """
-    train, _ = _split(spec)
+    train, _ = split(spec)
     for p in spec.policies:  # fail fast on unknown names, before any worker starts
         make_policy(p, SchedulerContext(train_pods=train), spec.mode)
     tasks = [(spec, p, s) for p in spec.policies for s in spec.seeds]

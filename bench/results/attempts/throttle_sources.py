@@ -32,10 +32,8 @@ import numpy as np
 from fedsched.common.compute import single_threaded
 from fedsched.common.model.cluster import QOS_CLASSES
 from fedsched.common.model.fragmentation import TypicalPods
-from fedsched.common.model.traces import split_by_hash
-from fedsched.common.schedulers import SchedulerContext
 from fedsched.common.schedulers.base import place
-from fedsched.common.sim.evaluate import make_policy
+from fedsched.common.sim.evaluate import make_policy, scheduler_context, split
 from fedsched.common.sim.replay import ReplayConfig, ReplaySimulator
 from fedsched.common.sim.scenarios import SCENARIOS, build
 
@@ -43,9 +41,8 @@ from fedsched.common.sim.scenarios import SCENARIOS, build
 def sources(scenario: str, policy: str, seed: int) -> dict[str, Any]:
     """One replay of ``policy`` on the scenario's test pods, and where its throttling came from."""
     spec = build(SCENARIOS[scenario])
-    train, work = split_by_hash(spec.pods, spec.test_fraction)
-    ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(seed + 1_000_003))  # as run_one
-    scheduler = make_policy(policy, ctx, "replay")
+    train, work = split(spec)
+    scheduler = make_policy(policy, scheduler_context(train, seed), "replay")
     sim = ReplaySimulator(spec.nodes, work, config=ReplayConfig(**spec.replay_options), seed=seed,
                           typical=TypicalPods.from_pods(train))
     attach = getattr(scheduler, "attach_simulator", None)

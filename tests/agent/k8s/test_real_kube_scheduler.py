@@ -276,6 +276,16 @@ def wait_bound(c: Cluster, names: list[str], timeout: float) -> dict[str, dict]:
                              f"{conds}") from None
 
 
+def log_with_bindings(st: Stack, bound: dict[str, dict]) -> str:
+    """kube-scheduler's log once every binding of ``bound`` is in it: klog flushes its file every
+    few seconds, and the lines written before a binding (traces, skipped extender calls) are then
+    there too."""
+    lines = [f'"Successfully bound pod to node" pod="{NAMESPACE}/{n}"' for n in bound]
+    wait_for(lambda: all(x in st.scheduler.log_text() for x in lines), 30, 0.5,
+             "kube-scheduler's log flushed")
+    return st.scheduler.log_text()
+
+
 def node_of(p: dict) -> str:
     return p["spec"]["nodeName"]
 
@@ -414,12 +424,7 @@ def test_every_openb_pod_is_bound_where_the_extender_put_it(cluster: Cluster, tm
         create_pods(c, objs)
         bound = wait_bound(c, [o["metadata"]["name"] for o in objs], 120)
         took = time.monotonic() - t0
-        # klog flushes its file every few seconds: wait until every binding is in it, so the lines
-        # written before them (traces, skipped extender calls) are there too
-        lines = [f'"Successfully bound pod to node" pod="{NAMESPACE}/{n}"' for n in bound]
-        wait_for(lambda: all(x in st.scheduler.log_text() for x in lines), 30, 0.5,
-                 "kube-scheduler's log flushed")
-        log = st.scheduler.log_text()
+        log = log_with_bindings(st, bound)
         late, skipped = prioritize_timeouts(log, timeout_s), skipped_filters(log)
         explained: dict[str, str] = {}
         for name, p in sorted(bound.items()):
@@ -576,10 +581,7 @@ def test_nodes_the_extender_refuses_never_get_a_pod(cluster: Cluster, tmp_path: 
             wait_bound(c, [objs[0]["metadata"]["name"]], 30)
             create_pods(c, objs[1:])
             bound = wait_bound(c, [o["metadata"]["name"] for o in objs], 60)
-            lines = [f'"Successfully bound pod to node" pod="{NAMESPACE}/{n}"' for n in bound]
-            wait_for(lambda: all(x in st.scheduler.log_text() for x in lines), 30, 0.5,
-                     "kube-scheduler's log flushed")
-            skipped = skipped_filters(st.scheduler.log_text())
+            skipped = skipped_filters(log_with_bindings(st, bound))
             outside = {n: node_of(p) for n, p in bound.items() if node_of(p) not in allowed}
             unexplained = {n: node for n, node in outside.items() if f"{NAMESPACE}/{n}" not in skipped}
             assert not unexplained, f"bound outside the allowed nodes, the extender answering: {unexplained}"
