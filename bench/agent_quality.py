@@ -65,6 +65,7 @@ from harness.provenance import git_commit, machine, strict_json, write_json
 from fedsched.common.model.metrics import HIGHER_IS_BETTER, METRICS, mean_ci95
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
 from fedsched.common.schedulers import LEARNED
+from fedsched.common.schedulers.lookahead import ARGS_PREFIX as LOOKAHEAD_ARGS_PREFIX
 from fedsched.common.schedulers.lookahead import PREFIX as LOOKAHEAD_PREFIX
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate, format_table
 
@@ -104,7 +105,12 @@ def scenario_spec(name: str) -> EvalSpec:
 
 def parse_policy(arg: str) -> tuple[str, str]:
     """``LABEL=CKPT`` or ``CKPT`` (label: the file's stem), a shipped name, or a decision-time
-    search ``lookahead:<base>`` (label: the name)."""
+    search ``lookahead:<base>`` or ``lookahead[key=value,...]:<base>`` (label: the name)."""
+    if named(arg):
+        return arg, arg
+    head, sep, tail = arg.partition("=")
+    if sep and named(tail):
+        return head, tail
     label, _, path = arg.rpartition("=")
     if not label:
         label = path if path in (LEARNED, "learned-td3") or named(path) else Path(path).stem
@@ -113,7 +119,7 @@ def parse_policy(arg: str) -> tuple[str, str]:
 
 def named(path: str) -> bool:
     """A column given by a registry name rather than a checkpoint file (the search)."""
-    return path.startswith(LOOKAHEAD_PREFIX)
+    return path.startswith((LOOKAHEAD_PREFIX, LOOKAHEAD_ARGS_PREFIX))
 
 
 def paired(res: dict[str, Any], a: str, b: str, metric: str) -> dict[str, Any]:

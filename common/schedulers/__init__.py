@@ -34,7 +34,7 @@ from fedsched.common.schedulers.load_variation_risk_balancing import (
     LoadVariationRiskBalancingArgs,
 )
 from fedsched.common.schedulers.lookahead import PREFIX as LOOKAHEAD_PREFIX
-from fedsched.common.schedulers.lookahead import Lookahead, LookaheadArgs
+from fedsched.common.schedulers.lookahead import Lookahead, LookaheadArgs, parse_name
 from fedsched.common.schedulers.most_allocated import MostAllocated, MostAllocatedArgs
 from fedsched.common.schedulers.prefer_hot import PreferHot
 from fedsched.common.schedulers.random_score import RandomScore, RandomScoreArgs
@@ -83,14 +83,16 @@ def _checkpoint(name: str, ctx: SchedulerContext) -> Scheduler | None:
 
 
 def _lookahead(name: str, ctx: SchedulerContext) -> Scheduler | None:
-    """``lookahead:<base>``: the decision-time search over any scheduler this registry builds."""
-    if not name.startswith(LOOKAHEAD_PREFIX):
+    """``lookahead:<base>`` or ``lookahead[key=value,...]:<base>``: the decision-time search over any
+    scheduler this registry builds (``lookahead.parse_name``)."""
+    parsed = parse_name(name)
+    if parsed is None:
         return None
-    base = name[len(LOOKAHEAD_PREFIX):]
-    if not base or base.startswith(LOOKAHEAD_PREFIX):
-        raise ValueError(f"{name!r}: the look-ahead needs one base scheduler after {LOOKAHEAD_PREFIX!r}, "
-                         f"e.g. {LOOKAHEAD_PREFIX}fgd")
-    return Lookahead(ctx, lambda: make_scheduler(base, ctx))
+    args, base = parsed
+    sched = Lookahead(ctx, lambda: make_scheduler(base, ctx), args)
+    if args != LookaheadArgs():
+        sched.name = name  # the arguments are part of what a result was measured with
+    return sched
 
 
 # Resolvers for names that are not baselines (e.g. checkpoint paths of learned policies).
