@@ -18,14 +18,11 @@ does not run the search yet), which is also how the packing workload's tail draw
 candidate sees the same ``futures`` draws (common random numbers) and ties are broken by one
 fixed node priority, so the comparison sees the decision and not the luck of the draw; the
 values are averaged over the draws. The best-valued candidate gets the top score; the base's own
-first choice keeps it unless another candidate is strictly better. With ``gpu_choices`` > 1 a
-GPU-sharing pod's candidates are (node, GPU) pairs: on each node the base's own GPU and one GPU
-of each other free amount the pod fits, and the pick's GPU is what :meth:`Lookahead.select_gpus`
-then answers for that pod and node.
+first choice keeps it unless another candidate is strictly better. With ``horizon = 0`` the
+value is the candidate's own fragmentation change: FGD's rule without its score's rounding.
 
 Registry names: ``lookahead:<base>`` with the default arguments, ``lookahead[key=value,...]:<base>``
-with others (:func:`parse_name`), e.g. ``lookahead[horizon=20,gpu_choices=3]:fgd``. With ``horizon = 0`` the
-value is the candidate's own fragmentation change: FGD's rule without its score's rounding.
+with others (:func:`parse_name`), e.g. ``lookahead[candidates=8,horizon=20]:fgd``.
 
 The shadow state is kept between decisions and brought up to date from the live state's
 changed nodes (:meth:`ClusterState.sync_rows`), so the base scheduler's per-node caches stay
@@ -68,14 +65,9 @@ class LookaheadArgs(SchedulerArgs):
     """independent draws of the arrivals per candidate (values averaged); in [1, 64]"""
     seed: int = 0
     """seed of the draws of the arrivals and of the node priority that breaks ties; >= 0"""
-    gpu_choices: int = 1
-    """for a GPU-sharing pod, how many GPUs of each candidate node are tried: the base's own choice,
-    then the GPUs of other free amounts the pod fits (least free first); 1: the base's choice only;
-    in [1, 8]"""
 
     def __post_init__(self) -> None:
         check_int(self, "candidates", 1, 64)
-        check_int(self, "gpu_choices", 1, 8)
         check_int(self, "horizon", 0, 1000)
         check_int(self, "futures", 1, 64)
         check_int(self, "seed", 0)
@@ -145,7 +137,6 @@ class Lookahead(Scheduler):
         self._shadow: ClusterState | None = None
         self._live_serial = -1
         self._live_version = np.zeros(0, dtype=np.int64)
-        self._chosen: tuple[Pod, int, int, int, tuple[int, ...]] | None = None  # the last pick's GPUs
         self.searched = 0  # decisions with more than one distinct candidate
         self.switched = 0  # ... of which the search moved the pod off the base's first choice
 
@@ -155,45 +146,20 @@ class Lookahead(Scheduler):
         if len(nodes) == 0:
             return scores
         cands = self._candidates(state, nodes, scores)
-        options = [(i, g) for i in cands for g in self._gpu_options(state, pod, int(nodes[i]))]
-        pick, gpus = options[0]
-        if len(options) > 1:
+        pick = cands[0]
+        if len(cands) > 1:
             self.searched += 1
-            values = self._values(state, pod, [(int(nodes[i]), g) for i, g in options])
+            values = self._values(state, pod, [int(nodes[i]) for i in cands])
             best = int(np.argmax(values))
             if values[best] > values[0]:
-                pick, gpus = options[best]
+                pick = cands[best]
                 self.switched += 1
-        node = int(nodes[pick])
-        self._chosen = (pod, node, int(state.version[node]), state.serial, gpus)
         out = scores.copy()
         out[pick] = scores.max() + 1.0  # the one top score: place() takes it whatever its tie-break
         return out
 
     def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
-        chosen = self._chosen
-        if (chosen is not None and chosen[0] is pod and chosen[1] == node
-                and chosen[2] == int(state.version[node]) and chosen[3] == state.serial):
-            return chosen[4]  # the GPUs the search valued for the node it picked
         return self.base.select_gpus(state, pod, node)
-
-    def _gpu_options(self, state: ClusterState, pod: Pod, node: int) -> list[tuple[int, ...]]:
-        """The GPU choices tried on ``node``: the base's own first, then (a sharing pod, with
-        ``gpu_choices`` > 1) one GPU of each other free amount the pod fits, least free first."""
-        own = self.base.select_gpus(state, pod, node)
-        k = self.args.gpu_choices
-        if k == 1 or not pod.is_gpu_share:
-            return [own]
-        free = state.gpu_free[node].tolist()
-        seen = {free[own[0]]} if own else set()
-        out = [own]
-        for g in sorted(range(len(free)), key=lambda g: (free[g], g)):
-            if len(out) >= k:
-                break
-            if free[g] >= pod.gpu_milli and free[g] not in seen:
-                seen.add(free[g])
-                out.append((g,))
-        return out
 
     def _candidates(self, state: ClusterState, nodes: np.ndarray, scores: np.ndarray) -> list[int]:
         """Positions in ``nodes`` of the base's best nodes in distinct states, best first (equal
@@ -209,12 +175,13 @@ class Lookahead(Scheduler):
         _, first = np.unique(key, axis=0, return_index=True)
         return [int(order[i]) for i in np.sort(first)[:k]]
 
-    def _values(self, state: ClusterState, pod: Pod, cands: list[tuple[int, tuple[int, ...]]]) -> np.ndarray:
+    def _values(self, state: ClusterState, pod: Pod, cands: list[int]) -> np.ndarray:
         shadow = self._sync(state)
         draws = [self._rng.integers(len(self.pool), size=self.args.horizon) for _ in range(self.args.futures)]
         gpu_measure = bool(state.nodes.total_gpu_milli)
         values = np.zeros(len(cands))
-        for i, (c, gpus) in enumerate(cands):
+        for i, c in enumerate(cands):
+            gpus = self.base.select_gpus(state, pod, c)
             for draw in draws:
                 values[i] += self._rollout(shadow, pod, c, gpus, draw, gpu_measure)
         return values / len(draws)

@@ -4,9 +4,10 @@ Chosen on *validation* pods, never the packing table's test pods: the same stabl
 names that gives the table its test part (30%) gives a validation part (the next 20% of the hash
 range) as the workload, and the rest (50%) is the search's arrival pool and FGD's typical pods.
 Each ``lookahead[...]:fgd`` budget is paired with FGD seed by seed (GPU allocation at 130%
-arrived, percentage points).
+arrived, percentage points). ``lookahead_budget_gpu.*`` also tried the GPU of a sharing pod as a
+searched choice (``gpu_choices=3``, commit 738d940; removed after this probe, as it gained nothing).
 
-    python bench/results/attempts/lookahead_budget.py --seeds 3 --budgets 4x10x1,4x10x3,8x10x1,4x20x1,4x10x1x3
+    python bench/results/attempts/lookahead_budget.py --seeds 3 --budgets 4x10x1,4x10x3,8x10x1,4x20x1
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--budgets", default="4x10x1,4x20x1",
-                    help="CANDIDATESxHORIZONxFUTURES[xGPU_CHOICES], comma-separated")
+                    help="CANDIDATESxHORIZONxFUTURES, comma-separated")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json")
     a = ap.parse_args(argv)
@@ -36,9 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     stats, val, _test = split_train_val_test(pods, 0.3, 0.2)
     names = []
     for b in a.budgets.split(","):
-        c, h, f, *g = (int(x) for x in b.split("x"))
-        extra = f",gpu_choices={g[0]}" if g else ""
-        names.append(f"lookahead[candidates={c},horizon={h},futures={f}{extra}]:fgd")
+        c, h, f = (int(x) for x in b.split("x"))
+        names.append(f"lookahead[candidates={c},horizon={h},futures={f}]:fgd")
     spec = EvalSpec(nodes=nodes, pods=val, train_pods=stats, policies=["fgd", *names],
                     seeds=list(range(42, 42 + a.seeds)), mode="packing", target_load=1.3, reference="fgd")
     t0 = time.time()

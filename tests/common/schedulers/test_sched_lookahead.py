@@ -18,7 +18,7 @@ from fedsched.common.schedulers import (
     place,
 )
 from fedsched.common.sim.packing import run_packing
-from tests.common.schedulers.sched_testkit import nodes, pod, pod_table, set_gpu_free, share, state, whole
+from tests.common.schedulers.sched_testkit import nodes, pod, pod_table, state, whole
 from tests.common.schedulers.test_sched_properties import TRAIN, check_gpus, clusters, pods
 
 
@@ -29,7 +29,7 @@ def search(base: str, train, **kw) -> Lookahead:
 
 @pytest.mark.parametrize("field,value", [
     ("candidates", 0), ("candidates", 65), ("candidates", 2.0), ("horizon", -1), ("horizon", 1001),
-    ("futures", 0), ("futures", 65), ("seed", -1), ("seed", True), ("gpu_choices", 0), ("gpu_choices", 9),
+    ("futures", 0), ("futures", 65), ("seed", -1), ("seed", True),
 ])
 def test_args_out_of_range_are_refused_naming_the_field(field, value):
     with pytest.raises(ValueError, match=f"LookaheadArgs.{field} = "):
@@ -37,7 +37,7 @@ def test_args_out_of_range_are_refused_naming_the_field(field, value):
 
 
 def test_args_defaults():
-    assert LookaheadArgs() == LookaheadArgs(candidates=4, horizon=10, futures=1, seed=0, gpu_choices=1)
+    assert LookaheadArgs() == LookaheadArgs(candidates=4, horizon=10, futures=1, seed=0)
 
 
 def test_registry_names():
@@ -105,25 +105,6 @@ def test_a_rollout_keeps_whole_gpus_for_the_multi_gpu_pods_to_come():
     assert pl.node == 0 and pl.gpus == (1,)
 
 
-def test_a_sharing_pod_gets_the_gpu_that_leaves_room_for_the_pods_to_come():
-    """One node with GPUs 700 and 1000 milli free, a 300-milli pod, and 700-milli pods to come:
-    best-fit takes GPU 0 (400 left), after which one 700 pod fits; the search with
-    two GPU choices puts it on GPU 1 instead, and two 700 pods fit. One choice keeps the base's."""
-    st_ = state(cpu=[64000], gpu=[2])
-    set_gpu_free(st_, 0, [700, 1000])
-    p = share(300, cpu=1000, mem=1024)
-    train = pod_table([(1000, 1024, 1, 700)])
-    rng = np.random.default_rng(0)
-    assert place(make_scheduler("kube-default"), st_, p, rng).gpus == (0,)
-    assert place(search("kube-default", train, horizon=2), st_, p, rng).gpus == (0,)
-    s = search("kube-default", train, horizon=2, gpu_choices=2)
-    pl = place(s, st_, p, rng)
-    assert (pl.node, pl.gpus) == (0, (1,)) and (s.searched, s.switched) == (1, 1)
-    assert s.select_gpus(st_, share(300, cpu=1000, mem=1024), 0) == (0,)  # another pod: the base's
-    st_.allocate(0, pod(cpu=1000), ())  # the node moved on: the base's choice again
-    assert s.select_gpus(st_, p, 0) == (0,)
-
-
 def snapshot(s: ClusterState) -> dict[str, np.ndarray]:
     return {k: getattr(s, k).copy() for k in (*ClusterState.ROW_FIELDS, "version")}
 
@@ -135,7 +116,7 @@ def snapshot(s: ClusterState) -> dict[str, np.ndarray]:
 def test_the_live_state_is_never_written_and_the_shadow_tracks_it(state_, arrivals, base, horizon, seed):
     """Over a run of arrivals bound one by one: scoring leaves every per-node array of the live state
     as it was (versions too), the placement is valid, and the shadow equals the live state."""
-    s = search(base, TRAIN, horizon=horizon, candidates=3, futures=2, seed=seed, gpu_choices=1 + seed % 3)
+    s = search(base, TRAIN, horizon=horizon, candidates=3, futures=2, seed=seed)
     rng = np.random.default_rng(seed)
     for p in arrivals:
         before = snapshot(state_)
