@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3 seeds and the smaller scenario variants")
     ap.add_argument("--seeds", type=int, default=None,
-                    help="seeds per scheduler (default: the scenario's, 8-60; 3 with --quick)")
+                    help="seeds per scheduler (default: the scenario's, 60; 5-8 --heldout, 3 --quick)")
     ap.add_argument("--scenarios", default=None,
                     help=f"comma-separated scenario names (default: all of {', '.join(SCENARIOS)}; with "
                          f"--heldout all of {', '.join(HELDOUT)})")

@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                   "(learned, learned-td3, learned-online)")
     p.add_argument("--profiles", default=",".join(PROFILES), help="comma-separated profiles")
     p.add_argument("--seeds", type=int, default=None,
-                   help="replay seeds per profile (default: the profile's scenario's, 8-60)")
+                   help="replay seeds per profile (default: the profile's scenario's, 60)")
     p.add_argument("--quick", action="store_true",
                    help="the 8-10-node variants (a smoke test: the gate never admits on them)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
