@@ -68,7 +68,14 @@ from harness.provenance import git_commit, machine, strict_json, write_json
 from fedsched.common.model.load_metrics import LOAD_METRICS
 from fedsched.common.model.metrics import HIGHER_IS_BETTER, LEGACY_COUNTERS, TROUBLE_SMOOTHING
 from fedsched.common.model.traces import split_by_hash
-from fedsched.common.schedulers import BASELINES, LEARNED, LEARNED_ONLINE, LEARNED_TD3, SchedulerContext
+from fedsched.common.schedulers import (
+    BASELINES,
+    LEARNED,
+    LEARNED_ONLINE,
+    LEARNED_TD3,
+    SchedulerContext,
+    split_names,
+)
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate, make_policy
 from fedsched.common.sim.paired import TROUBLE, paired_against
 from fedsched.common.sim.replay import ReplayConfig, replay_workload
@@ -343,7 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in names if s not in catalogue]
     if unknown:
         ap.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(catalogue)}")
-    policies = [p for p in args.policies.split(",") if p]
+    try:
+        policies = split_names(args.policies)
+    except ValueError as e:
+        ap.error(f"--policies: {e}")
     for p in policies:  # learned policies (checkpoints) are welcome too: any name evaluate takes
         try:
             make_policy(p, SchedulerContext(), "replay")

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from agent_quality import scenario_spec  # bench/ is the script's directory: on sys.path
 
+from fedsched.common.schedulers import split_names
 from fedsched.common.sim.evaluate import RunOutput, evaluate
 
 SEED0 = 42  # the packing table's first workload seed (bench/agent_quality.py)
@@ -94,14 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", default="packing/openb-default",
                     help="packing/openb-VARIANT or inventory/openb-all-VARIANT (bench/agent_quality.py)")
     ap.add_argument("--policies", default="fgd,lookahead:fgd,kube-default",
-                    help="comma-separated scheduler names, checkpoints or lookahead:<base>")
+                    help="comma-separated scheduler names, checkpoints or lookahead[key=value,...]:<base>")
     ap.add_argument("--seeds", type=int, default=3, help="workload seeds 42.. (the benchmark's)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     ap.add_argument("--json", type=Path, help="write the runs and the summary here")
     args = ap.parse_args(argv)
     if args.seeds < 1 or args.jobs < 1:
         ap.error("--seeds and --jobs must be at least 1")
-    policies = [p for p in args.policies.split(",") if p]
+    try:
+        policies = split_names(args.policies)
+    except ValueError as e:
+        ap.error(f"--policies: {e}")
     if not policies:
         ap.error("--policies is empty")
     t0 = time.time()

@@ -95,6 +95,29 @@ def _lookahead(name: str, ctx: SchedulerContext) -> Scheduler | None:
     return sched
 
 
+def split_names(text: str) -> list[str]:
+    """A comma-separated list of scheduler names, as the benchmarks' ``--policies`` take it: the
+    commas inside a name's brackets (``lookahead[candidates=8,horizon=20]:fgd``) do not split it;
+    blanks around names and empty entries are dropped. Unbalanced brackets are a ``ValueError``."""
+    names, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"{text!r}: ']' without its '['")
+        if ch == "," and depth == 0:
+            names.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if depth:
+        raise ValueError(f"{text!r}: '[' without its ']'")
+    names.append("".join(cur).strip())
+    return [n for n in names if n]
+
+
 # Resolvers for names that are not baselines (e.g. checkpoint paths of learned policies).
 RESOLVERS: list[Callable[[str, SchedulerContext], Scheduler | None]] = [_checkpoint, _lookahead]
 
@@ -152,4 +175,5 @@ __all__ = [
     "default_policy_path",
     "make_scheduler",
     "place",
+    "split_names",
 ]

@@ -16,6 +16,7 @@ from fedsched.common.schedulers import (
     SchedulerContext,
     make_scheduler,
     place,
+    split_names,
 )
 from fedsched.common.sim.packing import run_packing
 from tests.common.schedulers.sched_testkit import nodes, pod, pod_table, state, whole
@@ -161,3 +162,21 @@ def test_a_node_the_pod_does_not_fit_is_refused_and_the_shadow_stays_true():
     for k in ClusterState.ROW_FIELDS:
         np.testing.assert_array_equal(getattr(shadow, k), getattr(st_, k), err_msg=k)
     assert place(s, st_, big, np.random.default_rng(0)).node in (1, 2)
+
+
+@pytest.mark.parametrize("text,names", [
+    ("fgd,kube-default", ["fgd", "kube-default"]),
+    (" fgd , ,lookahead:fgd,", ["fgd", "lookahead:fgd"]),
+    ("fgd,lookahead[candidates=8,horizon=20]:fgd,best-fit",
+     ["fgd", "lookahead[candidates=8,horizon=20]:fgd", "best-fit"]),
+    ("", []),
+])
+def test_a_list_of_names_splits_outside_brackets(text, names):
+    assert split_names(text) == names
+
+
+@pytest.mark.parametrize("text,msg", [("lookahead[candidates=8,fgd", "'\\[' without its '\\]'"),
+                                      ("fgd],best-fit", "'\\]' without its '\\['")])
+def test_a_list_with_unbalanced_brackets_is_refused(text, msg):
+    with pytest.raises(ValueError, match=msg):
+        split_names(text)
