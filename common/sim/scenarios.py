@@ -7,8 +7,7 @@ what the benchmark shows on a profile and what the gate admits on it are judged 
 
 - :data:`SCENARIOS`: web (200 nodes), gpu (100), edge (40), openb (a 150-node slice: see its
   note), each at 85% requested load over 24 h or more, with an 8-10-node ``quick`` variant (a
-  smoke test, never a result) and the replay seeds a full run takes (60; web, whose runs take
-  longest, 8).
+  smoke test, never a result) and the replay seeds a full run takes (60 each).
 - :func:`build`: a scenario as an :class:`~fedsched.common.sim.evaluate.EvalSpec` (the pods split
   by a stable hash: statistics from the train part, the *test* part replayed).
 
@@ -54,9 +53,9 @@ class Scenario:
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario(
-        # 60 seeds (was 8): over 30 seeds learned-online's throttling is +0.59 +- 0.43 against
-        # kube-default and its trouble score's interval still +-0.12; a full web run of every
-        # scheduler takes about half an hour here (the simulator was too slow for it before)
+        # 60 seeds (was 8): over 8 learned-online's extra throttling was a tie (+0.31 +- 0.38), over
+        # 60 it is worse (+0.42 +- 0.31), and the oracle's lead halves (-0.60 -> -0.26); a full web
+        # run of every scheduler takes 35 minutes here
         "web", "web", 7, 60,
         "CPU-only web serving with 1-core median services (up to 8 cores): 85% of CPU requested, "
         "arrivals with a daily cycle (rate 1.3:0.7), the usage model's class-wide afternoon peak",

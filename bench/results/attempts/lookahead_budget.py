@@ -18,8 +18,8 @@ import sys
 import time
 
 import numpy as np
-from scipy.stats import t as stats_t
 
+from fedsched.common.model.metrics import mean_ci95
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods, split_train_val_test
 from fedsched.common.sim.evaluate import EvalSpec, evaluate
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in spec.policies:
         v = np.array([runs[(name, s)] for s in spec.seeds])
         d = v - np.array([runs[("fgd", s)] for s in spec.seeds])
-        hw = 0.0 if len(d) < 2 else float(d.std(ddof=1) / np.sqrt(len(d)) * stats_t.ppf(0.975, len(d) - 1))
+        _, hw = mean_ci95(d)
         print(f"{name:55s} alloc_gpu {v.mean():.2f}  vs fgd {d.mean():+.2f} ± {hw:.2f} pp  "
               f"per seed {np.round(d, 2).tolist()}")
     if a.json:
