@@ -7,13 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsched.common.schedulers import LEARNED, default_policy_path
+from fedsched.common.schedulers import LEARNED, SHIPPED, default_policy_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export a policy to ONNX", description=__doc__,
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--policy", default=LEARNED, help=f"checkpoint path or '{LEARNED}' (the shipped policy)")
+    p.add_argument("--policy", default=LEARNED,
+                   help=f"checkpoint path or a shipped policy name ({', '.join(sorted(SHIPPED))})")
     p.add_argument("--onnx", required=True, metavar="OUT.onnx", help="output file")
     p.add_argument("--opset", type=int, default=17)
     p.set_defaults(func=run)
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from fedsched.common.learning.nets import NodeScoringPolicy
     from fedsched.common.learning.onnx import PARITY_ATOL, OnnxScorer, export_onnx, export_weights_onnx
 
-    path = default_policy_path() if args.policy == LEARNED else Path(args.policy)
+    path = default_policy_path(args.policy) if args.policy in SHIPPED else Path(args.policy)
     policy, meta, _ = load_checkpoint(path)
     rng = np.random.default_rng(0)
     if not isinstance(policy, NodeScoringPolicy):  # a weight policy (TD3 actor)
@@ -47,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
         return 0 if ok else 1
     out = export_onnx(policy, args.onnx, opset=args.opset, meta=meta)
     print(f"wrote {out} ({out.stat().st_size / 1024:.1f} KiB, opset {args.opset}) from {path}")
+    if meta.get("scoring"):
+        print(f"note: the model holds the network's logits; fedsched scores with {meta['scoring']} "
+              "(kube_weight: kube-default's score / 100 times it added to the logits), kept in the "
+              "model's fedsched.scoring property")
 
     # parity vs torch on a random 100-node input
     cfg = policy.cfg

@@ -14,6 +14,6 @@ out=${1:-runs/online-policy}
 # measured worse on the roll-out gate's validation clusters: see common/data/policies/README.md).
 python -m fedsched.agent.learning.online --out "$out" --method credit --samples 80000 --epochs 10 \
   --clusters-per-profile 4 --target-loads 0.85,0.95,1.0 --seed 1 \
-  --scale small --credit-weights fixed --workers 1 --no-size-buckets
+  --scale small --credit-weights fixed --workers 1 --no-size-buckets --kube-weight 2
 cp "$out/checkpoint.pt" common/data/policies/online.pt
 echo "wrote common/data/policies/online.pt"

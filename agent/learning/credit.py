@@ -92,6 +92,11 @@ class CreditConfig:
     size_buckets: bool = True
     """minibatches of decisions with similar candidate counts (:func:`size_bucketed_batches`);
     False: plain random minibatches (the first online policy's fit)"""
+    target: str = "log"
+    """the regression's cost (:func:`targets`): ``log``, ``log1p`` of the credit (its heavy
+    tail compressed: the fit learns the expected log cost, which underrates rare large costs);
+    ``mean``: the credit itself (the fit learns the expected cost, the quantity the benchmark's
+    totals add up)"""
 
 
 @dataclass
@@ -190,12 +195,25 @@ def trouble_weights(reference: Mapping[str, float], decisions: int, starts: floa
                                             + S["oom_kills_per_1k_starts"])}
 
 
-def targets(data: Sequence[Credited], tie_weight: float) -> np.ndarray:
-    """``-log1p(-credit) + tie_weight * tie``: the log compresses the credit's heavy tail (one
-    node throttled for hours would otherwise dominate the squared error) and keeps its order."""
-    credit = np.array([c.credit for c in data], dtype=np.float64)
+CREDIT_TARGETS = ("log", "mean")
+
+
+def targets(data: Sequence[Credited], tie_weight: float, target: str = "log") -> np.ndarray:
+    """``-cost + tie_weight * tie`` with ``cost = log1p(-credit)`` (``target="log"``) or
+    ``-credit`` (``"mean"``).
+
+    The log compresses the credit's heavy tail (one node throttled for hours would otherwise
+    dominate the squared error) and keeps each sample's order, but least squares then estimates
+    ``E[log(1 + cost)]``, which by Jensen's inequality rates a node whose cost is rare and large
+    below one whose cost is steady and of the same mean: greedy on it takes exactly the rare
+    large risks (a pod throttled for hours) that the benchmark's totals count in full. ``mean``
+    estimates ``E[cost]`` itself, at the price of a noisier fit."""
+    if target not in CREDIT_TARGETS:
+        raise ValueError(f"unknown credit target {target!r}: expected one of {', '.join(CREDIT_TARGETS)}")
+    credit = np.minimum(np.array([c.credit for c in data], dtype=np.float64), 0.0)
     tie = np.array([c.tie for c in data], dtype=np.float64)
-    return (-np.log1p(-np.minimum(credit, 0.0)) + tie_weight * tie).astype(np.float32)
+    value = -np.log1p(-credit) if target == "log" else credit  # minus the cost: higher is better
+    return (value + tie_weight * tie).astype(np.float32)
 
 
 _F = {n: i for i, n in enumerate(NODE_FEATURES)}
@@ -283,7 +301,7 @@ def fit_credit(policy: torch.nn.Module, data: Sequence[Credited], cfg: CreditCon
         raise ValueError("credit regression needs at least one credited decision")
     decisions = [c.decision for c in data]
     chosen = np.array([c.chosen for c in data], dtype=np.int64)
-    y = targets(data, cfg.tie_weight)
+    y = targets(data, cfg.tie_weight, cfg.target)
     var = float(np.var(y)) or 1.0
     rng = np.random.default_rng(cfg.seed)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)

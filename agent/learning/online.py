@@ -31,7 +31,12 @@ new collection. ``--credit-weights trouble`` (the default) prices each environme
 credit as the trouble score does on that cluster (``credit.trouble_weights``). ``--horizon`` sets
 the credit's horizon and ``--throttle-credit`` whose throttling it charges a decision: ``node``
 (the default) the chosen node's, ``pod`` the placed pod's own (``RewardConfig.throttle_credit``);
-both are part of the key under which ``--data`` keeps decisions.
+both are part of the key under which ``--data`` keeps decisions. ``--credit-target`` is a fit
+choice (kept decisions serve both): ``log`` (the default) regresses on ``log1p`` of the cost,
+``mean`` on the cost itself (``credit.targets``; measured worse, see the policies README).
+``--kube-weight W`` keeps kube-default beside the policy wherever it scores: its logits plus W
+times kube-default's score / 100, written into the checkpoint's scoring options
+(``fedsched.common.learning.scorers``) so that validation, the benchmarks and serving score alike.
 
     python -m fedsched.agent.learning.online --out runs/online-policy [--samples N] ...
 
@@ -57,13 +62,19 @@ from typing import Any
 import numpy as np
 
 from fedsched.agent.learning.bc import BCConfig, collect, fit
-from fedsched.agent.learning.credit import BEHAVIOURS, CreditConfig, collect_credited, fit_credit
+from fedsched.agent.learning.credit import (
+    BEHAVIOURS,
+    CREDIT_TARGETS,
+    CreditConfig,
+    collect_credited,
+    fit_credit,
+)
 from fedsched.agent.learning.env import THROTTLE_CREDITS, EnvConfig, RewardConfig, SchedulingEnv
 from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
 from fedsched.common.compute import worker_pool
 from fedsched.common.learning.checkpoint import data_hash, load_checkpoint, save_checkpoint
 from fedsched.common.learning.kinds import NODE_SCORING, kind_of
-from fedsched.common.learning.scorers import scorer_for
+from fedsched.common.learning.scorers import SCORING_KEY, scorer_for
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.metrics import TROUBLE_SMOOTHING, trouble_score
@@ -132,6 +143,10 @@ class OnlineRecipe:
     tie_weights: tuple[float, ...] = (0.3,)
     """credit: the regression's tie weights (``CreditConfig.tie_weight``) to fit; with more than
     one, each is fitted on the same decisions and the best on the validation clusters is kept"""
+    kube_weight: float = 0.0
+    """weight of kube-default's score / 100 added to the policy's logits wherever it scores
+    (validation included): written into the checkpoint's scoring options
+    (``fedsched.common.learning.scorers``); 0: the logits alone"""
     engine: str = "processes"
     """credit collection: processes (this machine) or ray (Ray tasks, as Flower's simulation runs
     its members: this machine, or a Ray cluster through ``RAY_ADDRESS``)"""
@@ -372,7 +387,7 @@ def validate(policy: Any, recipe: OnlineRecipe, typical: TypicalPods,
                 if name in rows:
                     continue
                 if name == "policy":
-                    sched = scorer_for(policy, typical)
+                    sched = scorer_for(policy, typical, **_scoring(recipe))
                 else:
                     ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(0))
                     sched = make_policy(name, ctx, "replay")
@@ -381,6 +396,11 @@ def validate(policy: Any, recipe: OnlineRecipe, typical: TypicalPods,
             refs[key] = {n: r for n, r in rows.items() if n != "policy"}
             out[key] = rows
     return out
+
+
+def _scoring(recipe: OnlineRecipe) -> dict[str, float]:
+    """The scoring options the recipe writes into its checkpoint (``scorers.SCORING_KEY``)."""
+    return {"kube_weight": recipe.kube_weight} if recipe.kube_weight > 0 else {}
 
 
 def validation_score(figures: Figures) -> float:
@@ -556,7 +576,8 @@ def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None =
                 typical=typical, data="+".join(sorted(set(hashes))))
     extra = {"operating_mode": "online", "teacher": recipe.teacher, "recipe": command,
              "fit": epochs[-1] if epochs else {}, "validation": figures,
-             "validation_score": validation_score(figures), "stages": stages, "kept": chosen}
+             "validation_score": validation_score(figures), "stages": stages, "kept": chosen,
+             **({SCORING_KEY: _scoring(recipe)} if _scoring(recipe) else {})}
     ckpt = save_checkpoint(out / "checkpoint.pt", policy, extra=extra, **meta)
     summary = {"algorithm": meta["algorithm"], "operating_mode": "online", "method": recipe.method,
                "samples": n_decisions, "init": str(init) if init else None, "epochs": epochs,
@@ -583,7 +604,9 @@ def _flags(r: OnlineRecipe) -> list[str]:
             f"--scale {r.scale}", f"--workers {r.workers}", f"--engine {r.engine}",
             f"--tie-weights {','.join(f'{t:g}' for t in r.tie_weights)}",
             *([] if r.credit.size_buckets else ["--no-size-buckets"]),
+            f"--credit-target {r.credit.target}",
             f"--horizon {r.reward.node_horizon_s:g}", f"--throttle-credit {r.reward.throttle_credit}",
+            f"--kube-weight {r.kube_weight:g}",
             f"--seed {r.seed}"]
 
 
@@ -616,6 +639,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="credit: comma-separated tie weights; each is fitted, the best on validation kept")
     ap.add_argument("--no-size-buckets", action="store_true",
                     help="credit: plain random minibatches (the first online policy's fit)")
+    ap.add_argument("--credit-target", default=CreditConfig.target, choices=CREDIT_TARGETS,
+                    help="credit: regress on log1p of the cost (log: its tail compressed) or on the cost "
+                         "itself (mean: the expected cost, rare large costs counted in full)")
     ap.add_argument("--data", type=Path, default=None,
                     help="credit: keep the collected decisions in this file, or read them from it if present")
     ap.add_argument("--horizon", type=float, default=d.reward.node_horizon_s,
@@ -624,6 +650,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--throttle-credit", default=d.reward.throttle_credit,
                     help="credit: whose throttled CPU a decision is charged: node (the chosen node's over "
                          "the horizon) or pod (the placed pod's own, until the horizon or its end)")
+    ap.add_argument("--kube-weight", type=float, default=d.kube_weight,
+                    help="weight of kube-default's score / 100 added to the policy's logits wherever it "
+                         "scores (kept in the checkpoint; 0: the logits alone)")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--no-validate", action="store_true", help="skip the held-out validation runs")
     a = ap.parse_args(argv)
@@ -635,6 +664,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"{a.target_loads!r}, {a.tie_weights!r}")
     if not ties or any(not math.isfinite(t) or t < 0 for t in ties):
         ap.error(f"--tie-weights: expected finite numbers >= 0, got {a.tie_weights!r}")
+    if not math.isfinite(a.kube_weight) or a.kube_weight < 0:
+        ap.error(f"--kube-weight: expected a finite number >= 0, got {a.kube_weight:g}")
     if not math.isfinite(a.horizon) or a.horizon <= 0:
         ap.error(f"--horizon: expected seconds > 0, got {a.horizon:g}")
     if a.throttle_credit not in THROTTLE_CREDITS:
@@ -644,10 +675,11 @@ def main(argv: list[str] | None = None) -> int:
                           method=a.method, teacher=a.teacher,
                           bc=BCConfig(samples=a.samples, epochs=a.epochs, seed=a.seed),
                           credit=CreditConfig(samples=a.samples, epochs=a.epochs, seed=a.seed,
-                                              size_buckets=not a.no_size_buckets),
+                                              size_buckets=not a.no_size_buckets,
+                                              target=a.credit_target),
                           seed=a.seed, validate=not a.no_validate, ppo_steps=a.ppo_steps,
                           credit_weights=a.credit_weights, scale=a.scale, workers=max(1, a.workers),
-                          tie_weights=ties, engine=a.engine,
+                          tie_weights=ties, engine=a.engine, kube_weight=a.kube_weight,
                           reward=replace(d.reward, node_horizon_s=a.horizon,
                                          throttle_credit=a.throttle_credit))
     try:

@@ -69,6 +69,7 @@ def load_model(path: Path, backend: str = "numpy") -> LoadedModel:
     """Raises :class:`CheckpointError` (naming the file and the fault) when the file cannot be
     served, whatever the fault."""
     from fedsched.common.learning.checkpoint import load_checkpoint, typical_from_dict
+    from fedsched.common.learning.scorers import scoring_options
 
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint", "missing")
@@ -81,6 +82,7 @@ def load_model(path: Path, backend: str = "numpy") -> LoadedModel:
     try:
         typical = typical_from_dict(meta.get("typical_pods"))
         options = {"backend": backend} if kind_of(policy) == NODE_SCORING else {}
+        options.update(scoring_options(meta, kind_of(policy)))
         sched = scorer_for(policy, typical, SchedulerContext(), name=f"{path.name}@{version}", **options)
     except Exception as e:  # the checkpoint loaded but makes no scorer
         raise CheckpointError(f"{path}: cannot be served ({type(e).__name__}: {e})") from e

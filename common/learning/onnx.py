@@ -46,7 +46,10 @@ WEIGHT_OUTPUT = "weights"
 PARITY_ATOL = 1e-4  # float32 kernels (MKL/MLAS/numpy BLAS) differ by rounding, ~1e-6 on these logits
 # Checkpoint metadata copied into the model (JSON-encoded); the rest (hyper-parameters,
 # optimizer) is training detail.
-META_KEYS = ("algorithm", "data_hash", "created", "policy", "typical_pods", "teacher")
+META_KEYS = ("algorithm", "data_hash", "created", "policy", "typical_pods", "teacher", "scoring")
+"""Checkpoint metadata embedded in the model's properties; ``scoring`` holds the scorer's options
+(``kube_weight``: kube-default's score / 100 times it is added to these logits when fedsched
+scores; a runtime that reads the ONNX alone must add it too)."""
 
 
 class OnnxSchemaError(ValueError):

@@ -4,11 +4,20 @@
 wins), :class:`WeightScheduler` the weight policy (each node scores ``sum(w * term)``), so the
 simulator, the evaluation and the extender call either exactly like a baseline (``fedsched
 evaluate --policy DIR/checkpoint.pt``); :func:`scheduler_from_checkpoint` picks the adapter
-for a checkpoint's policy kind.
+for a checkpoint's policy kind, with the adapter options the checkpoint's metadata carries
+under ``scoring`` (:func:`scoring_options`).
+
+A node-scoring policy may keep kube-default beside it (``kube_weight``): its logits plus
+``kube_weight`` times kube-default's score / 100 (50..200), the same term credit regression puts
+in its target (``CreditConfig.tie_weight``) raised at scoring time. The policy then departs from
+kube-default's spread only where its predicted cost gap is larger than that margin; every path
+that scores with the policy (the simulator, the benchmarks, the extender, the decision service)
+scores through :meth:`PolicyScheduler.score` and so sees the same sum.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -26,12 +35,39 @@ from fedsched.common.learning.nets import NodeScoringPolicy, WeightPolicy, gpu_m
 from fedsched.common.model.cluster import ClusterState, Pod
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.schedulers.base import Scheduler, SchedulerContext
+from fedsched.common.schedulers.kube_default import kube_default_scores
+
+SCORING_KEY = "scoring"
+"""The checkpoint metadata key of the adapter options a policy is scored with."""
+SCORING_OPTIONS = {NODE_SCORING: ("kube_weight",), WEIGHTS: ()}
+"""The options each policy kind's adapter takes from the metadata."""
 
 
 def scheduler_from_checkpoint(path: str | Path, ctx: SchedulerContext | None = None) -> Scheduler:
-    """The scorer-interface adapter for any checkpoint kind."""
+    """The scorer-interface adapter for any checkpoint kind, with its metadata's scoring options."""
     policy, meta, _ = load_checkpoint(path)
-    return scorer_for(policy, typical_from_dict(meta.get("typical_pods")), ctx, name=str(path))
+    return scorer_for(policy, typical_from_dict(meta.get("typical_pods")), ctx, name=str(path),
+                      **scoring_options(meta, kind_of(policy)))
+
+
+def scoring_options(meta: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The adapter options under the metadata's ``scoring`` key (``{}`` where there is none).
+    An option the policy kind's adapter does not take, or a value that is not a finite number
+    >= 0, is a ``ValueError`` naming it: a checkpoint is never scored otherwise than it says."""
+    raw = meta.get(SCORING_KEY) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"metadata {SCORING_KEY!r}: expected a mapping of options, got {type(raw).__name__}")
+    allowed = SCORING_OPTIONS.get(kind, ())
+    unknown = sorted(set(raw) - set(allowed))
+    if unknown:
+        raise ValueError(f"metadata {SCORING_KEY!r}: {', '.join(map(repr, unknown))} not an option of a "
+                         f"{kind} policy (options: {', '.join(allowed) or 'none'})")
+    out = {}
+    for k, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"metadata {SCORING_KEY!r}: {k} must be a finite number >= 0, got {v!r}")
+        out[k] = float(v)
+    return out
 
 
 def scorer_for(policy: Any, typical: TypicalPods | None, ctx: SchedulerContext | None = None,
@@ -60,8 +96,12 @@ class PolicyScheduler(Scheduler):
 
     def __init__(self, policy: NodeScoringPolicy, typical: TypicalPods | None,
                  ctx: SchedulerContext | None = None, name: str | None = None,
-                 backend: str = "numpy") -> None:
+                 backend: str = "numpy", kube_weight: float = 0.0) -> None:
         super().__init__(ctx)
+        if not math.isfinite(kube_weight) or kube_weight < 0:
+            raise ValueError(f"kube_weight must be a finite number >= 0, got {kube_weight!r}")
+        self.kube_weight = float(kube_weight)
+        """weight of kube-default's score / 100 added to the logits (module docstring)"""
         self.policy = policy.eval()
         self.features = FeatureBuilder(typical)
         if name:
@@ -78,7 +118,8 @@ class PolicyScheduler(Scheduler):
     def from_checkpoint(cls, path: str | Path, ctx: SchedulerContext | None = None,
                         backend: str = "numpy") -> PolicyScheduler:
         policy, meta, _ = load_checkpoint(path)
-        return cls(policy, typical_from_dict(meta.get("typical_pods")), ctx, name=str(path), backend=backend)
+        return cls(policy, typical_from_dict(meta.get("typical_pods")), ctx, name=str(path), backend=backend,
+                   **scoring_options(meta, NODE_SCORING))
 
     def _use(self, backend: str) -> None:
         if backend not in BACKENDS:
@@ -130,7 +171,10 @@ class PolicyScheduler(Scheduler):
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         f = self.features.build(state, pod, nodes)
         self.last_features = f  # what the decision log records
-        return self.logits(f.nodes, f.pod, f.context).astype(np.float64)
+        scores = self.logits(f.nodes, f.pod, f.context).astype(np.float64)
+        if self.kube_weight > 0:
+            scores += self.kube_weight / 100.0 * kube_default_scores(state, pod, np.asarray(nodes))
+        return scores
 
     def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
         return self.features.select_gpus(state, pod, node)

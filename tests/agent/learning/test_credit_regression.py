@@ -216,3 +216,88 @@ def test_the_throttle_credit_flag_reaches_the_recipe_its_data_key_and_its_reprod
             online.main(["--out", str(tmp_path), "--throttle-credit", bad])
         err = capsys.readouterr().err.strip().splitlines()
         assert "--throttle-credit: expected node or pod" in err[-1]
+
+
+def _credited(credits: list[float], ties: list[float] | None = None) -> list:
+    from fedsched.agent.learning.credit import Credited
+
+    ties = ties or [0.0] * len(credits)
+    return [Credited(decision=None, chosen=0, credit=c, tie=t) for c, t in zip(credits, ties, strict=True)]
+
+
+def test_the_mean_target_ranks_nodes_by_their_expected_cost_the_log_target_does_not():
+    from fedsched.agent.learning.credit import targets
+
+    # node A: a steady cost of 1 per decision; node B: cost 0 nine times in ten, 10 once (same mean)
+    # plus a little more, so B is the worse node by the expected cost the benchmark's totals add up
+    steady, risky = [-1.0] * 10, [0.0] * 9 + [-10.5]
+    for target, risky_looks_better in (("log", True), ("mean", False)):
+        a, b = targets(_credited(steady), 0.0, target).mean(), targets(_credited(risky), 0.0, target).mean()
+        assert (b > a) == risky_looks_better, target
+    np.testing.assert_allclose(targets(_credited(risky), 0.0, "mean"), risky)
+
+
+@settings(max_examples=50, deadline=None)
+@given(credits=st.lists(st.floats(-1e4, 1.0), min_size=1, max_size=20), tie=st.floats(0, 2),
+       weight=st.floats(0, 1))
+def test_both_targets_keep_the_order_of_the_costs_and_add_the_same_tie(credits, tie, weight):
+    from fedsched.agent.learning.credit import targets
+
+    data = _credited(credits, [tie] * len(credits))
+    order = np.argsort(np.minimum(credits, 0.0), kind="stable")
+    for target in ("log", "mean"):
+        y = targets(data, weight, target).astype(np.float64)
+        assert np.all(np.diff(y[order]) >= -1e-6 * (1 + np.abs(y[order][1:])))
+        bare = targets(_credited(credits), 0.0, target).astype(np.float64)
+        np.testing.assert_allclose(y - bare, weight * tie, rtol=1e-4, atol=1e-3)
+
+
+def test_an_unknown_credit_target_is_refused_and_the_flag_reaches_the_recipe(monkeypatch, capsys, tmp_path):
+    from fedsched.agent.learning import online
+    from fedsched.agent.learning.credit import targets
+
+    with pytest.raises(ValueError, match="unknown credit target 'median'"):
+        targets(_credited([-1.0]), 0.3, "median")
+    seen = {}
+    monkeypatch.setattr(online, "train", lambda recipe, out, **_: seen.update(recipe=recipe) or {
+        "checkpoint": str(out / "checkpoint.pt"), "samples": 0, "wall_s": 0.0})
+    assert online.main(["--out", str(tmp_path), "--no-validate"]) == 0
+    assert seen["recipe"].credit.target == "log"  # the default: the shipped policy's fit
+    assert online.main(["--out", str(tmp_path), "--credit-target", "mean", "--no-validate"]) == 0
+    recipe = seen["recipe"]
+    assert recipe.credit.target == "mean" and "--credit-target mean" in online._flags(recipe)
+    assert "target" not in online._collection_key(recipe)  # a fit choice: kept decisions serve both
+    with pytest.raises(SystemExit):
+        online.main(["--out", str(tmp_path), "--credit-target", "median"])
+    assert "--credit-target" in capsys.readouterr().err
+
+
+def test_the_kube_weight_flag_reaches_the_recipe_and_its_reproduce_command(monkeypatch, capsys, tmp_path):
+    from fedsched.agent.learning import online
+
+    seen = {}
+    monkeypatch.setattr(online, "train", lambda recipe, out, **_: seen.update(recipe=recipe) or {
+        "checkpoint": str(out / "checkpoint.pt"), "samples": 0, "wall_s": 0.0})
+    assert online.main(["--out", str(tmp_path), "--no-validate"]) == 0
+    assert seen["recipe"].kube_weight == 0.0 and online._scoring(seen["recipe"]) == {}  # the logits alone
+    assert online.main(["--out", str(tmp_path), "--kube-weight", "1", "--no-validate"]) == 0
+    recipe = seen["recipe"]
+    assert online._scoring(recipe) == {"kube_weight": 1.0} and "--kube-weight 1" in online._flags(recipe)
+    assert "kube_weight" not in online._collection_key(recipe)  # a scoring choice: kept decisions serve both
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(SystemExit):
+            online.main(["--out", str(tmp_path), "--kube-weight", bad])
+        assert "--kube-weight: expected a finite number >= 0" in capsys.readouterr().err
+
+
+def test_a_trained_checkpoint_is_scored_with_its_recipes_kube_weight(tmp_path):
+    from fedsched.agent.learning.online import train
+    from fedsched.common.learning.checkpoint import load_checkpoint
+    from fedsched.common.schedulers import make_scheduler
+
+    recipe = replace(_tiny(1), kube_weight=0.7, credit_weights="fixed")
+    recipe.credit.samples, recipe.credit.epochs = 200, 1
+    summary = train(recipe, tmp_path / "run", log=lambda m: None)
+    _, meta, _ = load_checkpoint(summary["checkpoint"])
+    assert meta["scoring"] == {"kube_weight": 0.7} and "--kube-weight 0.7" in meta["recipe"]
+    assert make_scheduler(summary["checkpoint"]).kube_weight == 0.7

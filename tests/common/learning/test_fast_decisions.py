@@ -5,9 +5,10 @@ cluster, every decision of the scorer the simulator and serving use (a warm
 :class:`~fedsched.common.learning.features.FeatureBuilder`: its per-node column cache, the few
 changed nodes recomputed in Python scalars, and the GPU picks of its last build; the numpy
 forward) is checked against the definitions: the features of a fresh builder (bit for
-bit), the logits of ``score_numpy`` on those features (bit for bit: the scorer's own arithmetic
-is that function's), the torch ``forward`` within ``RTOL`` of the largest logit (the numpy
-forward already differs from torch's by up to ~8e-5 of it, at 7aab7d0 as now: different
+bit), the logits of ``score_numpy`` on those features plus the policy's ``kube_weight`` times
+kube-default's score / 100 (bit for bit: the scorer's own arithmetic is that sum's), the torch
+``forward`` plus the same term within ``RTOL`` of the largest score (the numpy forward already
+differs from torch's by up to ~8e-5 of it, at 7aab7d0 as now: different
 summation orders; it then picks another of near-tied nodes in about 1.5% of decisions, which is
 why the scorer is held to the numpy function, not to torch), and the same GPUs as a fresh
 builder picks.
@@ -28,6 +29,7 @@ from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.synthetic import generate_cluster
 from fedsched.common.schedulers import LEARNED_ONLINE, SchedulerContext, make_scheduler
 from fedsched.common.schedulers.base import Scheduler
+from fedsched.common.schedulers.kube_default import kube_default_scores
 from fedsched.common.sim.replay import ReplayConfig, run_replay
 
 RTOL = 1e-4
@@ -71,13 +73,16 @@ class Checked(Scheduler):
             want, _ = self.fast.policy(torch.from_numpy(f.nodes)[None], torch.from_numpy(f.pod)[None],
                                        torch.from_numpy(f.context)[None],
                                        torch.ones(1, len(nodes), dtype=torch.bool))
-        want = want[0].double().numpy()
+        # the shipped policy keeps kube-default beside it (kube_weight): the same term on both sides
+        kube = self.fast.kube_weight / 100.0 * kube_default_scores(state, pod, nodes)
+        want = want[0].double().numpy() + kube
         # float32 rounding is relative to the network's activations (of order 1), not to its output:
         # a lone candidate's logit of 3e-4 carried a difference of 1e-7 (float32's step at 1) on an
         # AMD EPYC machine, 3.6e-4 of the logit.
         scale = max(float(np.abs(want).max()), 1.0)
         self.worst_rel = max(self.worst_rel, float(np.abs(got - want).max()) / scale)
-        assert np.array_equal(got, self.fast.policy.score_numpy(f.nodes, f.pod, f.context).astype(np.float64))
+        logits = self.fast.policy.score_numpy(f.nodes, f.pod, f.context).astype(np.float64)
+        assert np.array_equal(got, logits + kube)
         self.decisions += 1
         return got
 

@@ -206,6 +206,16 @@ def test_cli_shipped_policy(tmp_path, capsys, shipped):
     assert_parity(shipped[0], scorer, nodes, pod, ctx)
 
 
+def test_cli_shipped_online_policy_carries_its_scoring_options(tmp_path, capsys):
+    """Any shipped name exports; the online policy's kube weight travels in the model's
+    properties and is named on the console (the ONNX holds the logits alone)."""
+    out = tmp_path / "online.onnx"
+    assert main(["export", "--policy", "learned-online", "--onnx", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "note: the model holds the network's logits" in text and "'kube_weight': 2.0" in text
+    assert OnnxScorer(out).metadata["scoring"] == {"kube_weight": 2.0}
+
+
 def test_cli_checkpoint_path_and_errors(tmp_path, capsys):
     torch.manual_seed(0)
     ckpt = save_checkpoint(tmp_path / "c.pt", NodeScoringPolicy(PolicyConfig(hidden=16)), algorithm="ppo",
