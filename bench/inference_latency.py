@@ -6,8 +6,9 @@ states are realistic) this times, over ``--calls`` pods after a warm-up:
 - ``torch``: the policy's forward pass in torch (inference mode, one thread);
 - ``numpy``: the same function on the numpy path the scorer uses (``score_numpy``);
 - ``onnx``: the same function exported to ONNX, in onnxruntime (one thread, sequential);
-- ``score``: the whole scorer-interface call (feature building + numpy forward), what
-  the simulator, the evaluation and the extender pay per pod;
+- ``score``: the whole scorer-interface call (feature building + numpy forward, plus
+  kube-default's score where the checkpoint's scoring options keep it beside the logits, as
+  ``learned-online``'s do), what the simulator, the evaluation and the extender pay per pod;
 - ``search`` (with ``--search NAME``, e.g. ``lookahead:fgd``): the decision-time search's whole
   scorer call over the pod's feasible nodes (base scores, candidates, rollouts), its arrivals
   drawn from the openb pods, over ``--search-calls`` pods.
@@ -33,9 +34,10 @@ from harness.stats import timing_stats
 from threadpoolctl import threadpool_limits
 
 from fedsched.common.learning.checkpoint import load_checkpoint, typical_from_dict
+from fedsched.common.learning.kinds import NODE_SCORING
 from fedsched.common.learning.nets import NodeScoringPolicy
 from fedsched.common.learning.onnx import OnnxScorer, export_onnx
-from fedsched.common.learning.scorers import PolicyScheduler
+from fedsched.common.learning.scorers import PolicyScheduler, scoring_options
 from fedsched.common.model.cluster import ClusterState, NodeTable, Pod
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
@@ -109,12 +111,13 @@ def main() -> int:
         typical = typical_from_dict(meta.get("typical_pods"))
     else:
         torch.manual_seed(0)
-        policy, typical = NodeScoringPolicy(), TypicalPods.from_pods(pods)
-    sched = PolicyScheduler(policy, typical)
+        policy, typical, meta = NodeScoringPolicy(), TypicalPods.from_pods(pods), {}
+    sched = PolicyScheduler(policy, typical, **scoring_options(meta, NODE_SCORING))  # as served
     with tempfile.TemporaryDirectory() as d:  # onnxruntime keeps the model in memory
         onnx_scorer = OnnxScorer(export_onnx(policy, Path(d) / "policy.onnx"))
     rng = np.random.default_rng(0)
-    out: dict[str, dict] = {"policy": {"path": args.policy or "random-init"}}
+    out: dict[str, dict] = {"policy": {"path": args.policy or "random-init",
+                                       "kube_weight": sched.kube_weight}}
     print(f"{'nodes':>6} {'what':>8} {'p50 ms':>8} {'p99 ms':>8}")
     for n in [int(x) for x in args.sizes.split(",")]:
         nodes = cluster_of(base, n, rng)
