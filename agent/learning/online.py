@@ -74,7 +74,7 @@ from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
 from fedsched.common.compute import worker_pool
 from fedsched.common.learning.checkpoint import data_hash, load_checkpoint, save_checkpoint
 from fedsched.common.learning.kinds import NODE_SCORING, kind_of
-from fedsched.common.learning.scorers import SCORING_KEY, scorer_for
+from fedsched.common.learning.scorers import MAX_KUBE_WEIGHT, SCORING_KEY, scorer_for
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.metrics import TROUBLE_SMOOTHING, trouble_score
@@ -664,8 +664,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"{a.target_loads!r}, {a.tie_weights!r}")
     if not ties or any(not math.isfinite(t) or t < 0 for t in ties):
         ap.error(f"--tie-weights: expected finite numbers >= 0, got {a.tie_weights!r}")
-    if not math.isfinite(a.kube_weight) or a.kube_weight < 0:
-        ap.error(f"--kube-weight: expected a finite number >= 0, got {a.kube_weight:g}")
+    if not 0 <= a.kube_weight <= MAX_KUBE_WEIGHT:
+        ap.error(f"--kube-weight: expected a number in [0, {MAX_KUBE_WEIGHT:g}], got {a.kube_weight:g}")
     if not math.isfinite(a.horizon) or a.horizon <= 0:
         ap.error(f"--horizon: expected seconds > 0, got {a.horizon:g}")
     if a.throttle_credit not in THROTTLE_CREDITS:

@@ -17,7 +17,6 @@ scores through :meth:`PolicyScheduler.score` and so sees the same sum.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,8 @@ SCORING_KEY = "scoring"
 """The checkpoint metadata key of the adapter options a policy is scored with."""
 SCORING_OPTIONS = {NODE_SCORING: ("kube_weight",), WEIGHTS: ()}
 """The options each policy kind's adapter takes from the metadata."""
+MAX_KUBE_WEIGHT = 1e6
+"""Above this kube-default decides alone anyway; a larger weight (1e308) would overflow the sum."""
 
 
 def scheduler_from_checkpoint(path: str | Path, ctx: SchedulerContext | None = None) -> Scheduler:
@@ -52,8 +53,9 @@ def scheduler_from_checkpoint(path: str | Path, ctx: SchedulerContext | None = N
 
 def scoring_options(meta: dict[str, Any], kind: str) -> dict[str, Any]:
     """The adapter options under the metadata's ``scoring`` key (``{}`` where there is none).
-    An option the policy kind's adapter does not take, or a value that is not a finite number
-    >= 0, is a ``ValueError`` naming it: a checkpoint is never scored otherwise than it says."""
+    An option the policy kind's adapter does not take, or a value that is not a number in
+    ``[0, MAX_KUBE_WEIGHT]``, is a ``ValueError`` naming it: a checkpoint is never scored
+    otherwise than it says."""
     raw = meta.get(SCORING_KEY) or {}
     if not isinstance(raw, dict):
         raise ValueError(f"metadata {SCORING_KEY!r}: expected a mapping of options, got {type(raw).__name__}")
@@ -64,8 +66,9 @@ def scoring_options(meta: dict[str, Any], kind: str) -> dict[str, Any]:
                          f"{kind} policy (options: {', '.join(allowed) or 'none'})")
     out = {}
     for k, v in raw.items():
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"metadata {SCORING_KEY!r}: {k} must be a finite number >= 0, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_KUBE_WEIGHT:
+            raise ValueError(f"metadata {SCORING_KEY!r}: {k} must be a number in [0, {MAX_KUBE_WEIGHT:g}], "
+                             f"got {v!r}")
         out[k] = float(v)
     return out
 
@@ -98,8 +101,8 @@ class PolicyScheduler(Scheduler):
                  ctx: SchedulerContext | None = None, name: str | None = None,
                  backend: str = "numpy", kube_weight: float = 0.0) -> None:
         super().__init__(ctx)
-        if not math.isfinite(kube_weight) or kube_weight < 0:
-            raise ValueError(f"kube_weight must be a finite number >= 0, got {kube_weight!r}")
+        if not 0 <= kube_weight <= MAX_KUBE_WEIGHT:  # NaN fails too
+            raise ValueError(f"kube_weight must be a number in [0, {MAX_KUBE_WEIGHT:g}], got {kube_weight!r}")
         self.kube_weight = float(kube_weight)
         """weight of kube-default's score / 100 added to the logits (module docstring)"""
         self.policy = policy.eval()
