@@ -3,7 +3,9 @@
 # credit regression on 80,000 decisions of an exploring behaviour policy over 16 randomised
 # member clusters (web, gpu, edge, openb slices), node credit over a 30-minute horizon, then
 # validation on held-out clusters beside kube-default and the oracle (figures in the checkpoint's
-# metadata; the roll-out gate reads them). About 12 minutes on 2 cores.
+# metadata), the policy scored with kube-default's score beside its logits (--kube-weight 2, kept
+# in the checkpoint). The roll-out gate reads the evidence `fedsched evidence learned-online
+# --write` adds. About 12 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
