@@ -58,13 +58,15 @@ def test_a_large_weight_chooses_as_kube_default_and_none_as_the_policy(decision)
     state, asks, typical = decision
     big = PolicyScheduler(_policy(), typical, kube_weight=1e6)
     none = PolicyScheduler(_policy(), typical)
+    varied = 0
     for pod, cand in asks:
         kd = kube_default_scores(state, pod, cand)
-        if np.sum(kd == kd.max()) == 1:  # kube-default's choice is unique
-            assert cand[int(np.argmax(big.score(state, pod, cand)))] == cand[int(np.argmax(kd))]
+        varied += int(kd.min() < kd.max())
+        assert kd[int(np.argmax(big.score(state, pod, cand)))] == kd.max()  # one of kube-default's best
         logits = none.score(state, pod, cand)
         np.testing.assert_array_equal(logits, none.logits(none.last_features.nodes, none.last_features.pod,
                                                           none.last_features.context).astype(np.float64))
+    assert varied >= 5  # the fixture's decisions do tell nodes apart by kube-default's score
 
 
 @pytest.mark.parametrize("weight", [-0.1, math.nan, math.inf, 1e308])
