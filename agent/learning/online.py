@@ -577,7 +577,7 @@ def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None =
     extra = {"operating_mode": "online", "teacher": recipe.teacher, "recipe": command,
              "fit": epochs[-1] if epochs else {}, "validation": figures,
              "validation_score": validation_score(figures), "stages": stages, "kept": chosen,
-             **({SCORING_KEY: _scoring(recipe)} if _scoring(recipe) else {})}
+             SCORING_KEY: _scoring(recipe)}
     ckpt = save_checkpoint(out / "checkpoint.pt", policy, extra=extra, **meta)
     summary = {"algorithm": meta["algorithm"], "operating_mode": "online", "method": recipe.method,
                "samples": n_decisions, "init": str(init) if init else None, "epochs": epochs,
