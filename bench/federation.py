@@ -300,7 +300,7 @@ def collect_probes(args: tuple[int, str, int, int]) -> list[tuple[np.ndarray, np
 
 def choices(weights: Weights, probes: list) -> np.ndarray:
     """The argmax node of every probe decision under ``weights``."""
-    from fedsched.agent.federation.validation import policy_of
+    from fedsched.common.federation.scoring import policy_of
 
     policy = policy_of(weights)
     return np.array([int(np.argmax(policy.score_numpy(nodes, pod, ctx))) for nodes, pod, ctx, _ in probes])

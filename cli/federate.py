@@ -41,6 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "fine-tuning over fine-tuning alone)")
     p.add_argument("--eta", type=float, default=None,
                    help=f"personalisation weight in [0, 1] (default: run config eta = {defaults['eta']})")
+    p.add_argument("--kube-weight", type=float, default=None,
+                   help="kube-default's score / 100 times this beside every model's logits, wherever a "
+                        "model schedules (the members' collection and validation, the evaluation, the "
+                        "hub's central evaluation), as the shipped online policy is served; 0: the logits "
+                        f"alone (default: run config kube-weight = {defaults['kube-weight']})")
     p.add_argument("--reuse", action="store_true",
                    help="if --out holds a finished training with the same training settings, evaluate "
                         "its models again (e.g. with more --eval-seeds) instead of training again")
@@ -85,6 +90,12 @@ def run(args: argparse.Namespace) -> int:
         if not 0.0 <= args.eta <= 1.0:
             raise ValueError(f"--eta must be in [0, 1], got {args.eta}")
         cfg.eta = args.eta
+    if args.kube_weight is not None:
+        from fedsched.common.learning.scorers import MAX_KUBE_WEIGHT
+
+        if not 0.0 <= args.kube_weight <= MAX_KUBE_WEIGHT:  # NaN fails too
+            raise ValueError(f"--kube-weight must be in [0, {MAX_KUBE_WEIGHT:g}], got {args.kube_weight}")
+        cfg.kube_weight = args.kube_weight
     app_dir = Path(args.app_dir) if args.app_dir else APP_DIR
     if not (app_dir / "pyproject.toml").exists():
         raise FileNotFoundError(f"{app_dir} is not the fedsched app directory (no pyproject.toml)")

@@ -4,7 +4,8 @@
   (:func:`fedsched.common.model.metrics.trouble_score`: the mean log ratio of its hot CPU
   node-seconds, throttled CPU and OOM kills to kube-default's; below 0 is better) on the
   validation pods of held-out clusters of every member profile (other generator seeds than any
-  member's) at the members' size (run config ``member-size``), replayed at 85% load; in worker
+  member's) at the members' size (run config ``member-size``), replayed at 85% load, the model
+  scored as the members score it (run config ``kube-weight``); in worker
   processes for full-size clusters (run config ``central-workers``, :class:`OnlineCentralEvaluator`).
 - :func:`central_evaluator` (packing mode): the global model's GPU allocation on a held-out
   openb slice (test pods, packing mode).
@@ -89,24 +90,24 @@ def _central_cluster(i: int, seed: int, size: str) -> Any:
     return member_cluster(i, seed=seed + i, size=size)
 
 
-def _central_replay(args: tuple[int, int, str, Weights | None]) -> dict[str, float]:
+def _central_replay(args: tuple[int, int, str, Weights | None, float]) -> dict[str, float]:
     """The trouble score's metrics of one replay of held-out cluster ``i``'s validation pods at
-    its load: kube-default's when ``weights`` is None, else the policy's."""
+    its load: kube-default's when ``weights`` is None, else the policy's, scored with the last
+    element, the kube weight (as the members score)."""
     from fedsched.common.federation.members import reference_typical
+    from fedsched.common.federation.scoring import member_scheduler
     from fedsched.common.model.metrics import TROUBLE_SMOOTHING
     from fedsched.common.schedulers import SchedulerContext
     from fedsched.common.sim.evaluate import make_policy
     from fedsched.common.sim.replay import ReplayConfig, run_replay
 
-    i, seed, size, weights = args
+    i, seed, size, weights, kube_weight = args
     member = _central_cluster(i, seed, size)
     typical = reference_typical()
     if weights is None:
         sched: Any = make_policy("kube-default", SchedulerContext(rng=np.random.default_rng(0)), "replay")
     else:
-        policy = NodeScoringPolicy()
-        load_weights(policy, weights)
-        sched = PolicyScheduler(policy, typical)
+        sched = member_scheduler(weights, kube_weight, typical)
     cfg = ReplayConfig(**{**member.replay, "allow_unreachable_load": True})
     res = run_replay(member.nodes, member.val, sched, config=cfg, seed=seed, typical=typical)
     return {k: float(res.metrics[k]) for k in TROUBLE_SMOOTHING}
@@ -133,9 +134,9 @@ class OnlineCentralEvaluator:
     :func:`central_worker_count`). :meth:`close` (or leaving a ``with`` block) stops the workers."""
 
     def __init__(self, profiles: int = CENTRAL_PROFILES, seed: int = CENTRAL_SEED, size: str = "full",
-                 workers: int | str = "auto") -> None:
+                 workers: int | str = "auto", kube_weight: float = 0.0) -> None:
         workers = central_worker_count(workers, size)
-        self.seed, self.size = seed, size
+        self.seed, self.size, self.kube_weight = seed, size, float(kube_weight)
         self.clusters = [_central_cluster(i, seed, size) for i in range(profiles)]
         self.names = [m.spec.name if m.spec else m.name for m in self.clusters]
         # The largest first, so that the last to start is a short one.
@@ -151,7 +152,7 @@ class OnlineCentralEvaluator:
             raise
 
     def _replays(self, weights: Weights | None) -> list[dict[str, float]]:
-        jobs = [(i, self.seed, self.size, weights) for i in self.order]
+        jobs = [(i, self.seed, self.size, weights, self.kube_weight) for i in self.order]
         runs = list(self._pool.map(_central_replay, jobs)) if self._pool is not None else \
             [_central_replay(j) for j in jobs]
         by_cluster = dict(zip(self.order, runs, strict=True))
@@ -178,9 +179,9 @@ class OnlineCentralEvaluator:
 
 
 def online_central_evaluator(profiles: int = CENTRAL_PROFILES, seed: int = CENTRAL_SEED, size: str = "full",
-                             workers: int | str = "auto") -> OnlineCentralEvaluator:
+                             workers: int | str = "auto", kube_weight: float = 0.0) -> OnlineCentralEvaluator:
     """The online central evaluation (:class:`OnlineCentralEvaluator`)."""
-    return OnlineCentralEvaluator(profiles, seed, size, workers)
+    return OnlineCentralEvaluator(profiles, seed, size, workers, kube_weight)
 
 
 def load_checkpoint(out: Path) -> tuple[int, Weights | None]:

@@ -125,7 +125,8 @@ def main(grid: Grid, context: Context) -> None:
                              **own)
     if mode == "online":
         online = online_central_evaluator(size=str(context.run_config["member-size"]),
-                                          workers=central_workers(context.run_config["central-workers"]))
+                                          workers=central_workers(context.run_config["central-workers"]),
+                                          kube_weight=float(context.run_config["kube-weight"]))
         evaluator, close = online, online.close
     else:
         evaluator, close = central_evaluator(int(context.run_config["eval-nodes"])), None

@@ -36,7 +36,7 @@ import numpy as np
 
 from fedsched.agent.federation.learners import ReplayCreditLearner
 from fedsched.agent.federation.round import MemberState, RoundInfo, member_round
-from fedsched.common.federation.members import member_cluster, reference_typical
+from fedsched.common.federation.members import member_cluster
 from fedsched.common.sim.paired import one_sided_bounds, paired_difference
 from fedsched.experiment.config import FederateConfig
 
@@ -89,21 +89,21 @@ def _member(member_id: int, size: str) -> Any:
     return member_cluster(member_id, size=size)
 
 
-def _replay(args: tuple[int, str, Any, int, str]) -> dict[str, float]:
+def _replay(args: tuple[int, str, Any, int, str, float]) -> dict[str, float]:
     """One replay of a member's (its partition id, its size) ``split`` pods (test or val) under
-    ``spec``: a baseline name or policy weights."""
-    from fedsched.agent.federation.validation import VALIDATION_SEED, policy_of, replay_metrics
-    from fedsched.common.learning.scorers import PolicyScheduler
+    ``spec``: a baseline name, or policy weights scored with the last element, the kube weight."""
+    from fedsched.agent.federation.validation import VALIDATION_SEED, replay_metrics
+    from fedsched.common.federation.scoring import member_scheduler
     from fedsched.common.schedulers import SchedulerContext
     from fedsched.common.sim.evaluate import make_policy
 
-    member_id, size, spec, seed, split = args
+    member_id, size, spec, seed, split, kube_weight = args
     member = _member(member_id, size)
     if isinstance(spec, str):
         sched = make_policy(spec, SchedulerContext(train_pods=member.train, rng=np.random.default_rng(seed)),
                             "replay")
     else:
-        sched = PolicyScheduler(policy_of(spec), reference_typical())
+        sched = member_scheduler(spec, kube_weight)
     pods = member.test if split == "test" else member.val
     return replay_metrics(member, sched, pods, seed=seed if split == "test" else VALIDATION_SEED)
 
@@ -124,7 +124,8 @@ def evaluate_member(member_id: int, cfg: FederateConfig, policies: dict[str, Any
     against kube-default's run with the same seed; ``runs`` keeps the per-seed values."""
     seeds = _eval_seeds(cfg)
     names = ["kube-default", *[n for n in policies if n != "kube-default"]]
-    jobs = [(member_id, cfg.member_size, policies.get(n, n), s, "test") for n in names for s in seeds]
+    jobs = [(member_id, cfg.member_size, policies.get(n, n), s, "test", cfg.kube_weight)
+            for n in names for s in seeds]
     results = list(pool.map(_replay, jobs))
     per = {n: results[i * len(seeds):(i + 1) * len(seeds)] for i, n in enumerate(names)}
     return _summary(per, has_gpus)
@@ -155,7 +156,8 @@ class MemberEvaluation:
         self._val = [[self._submit(p, h, 0, "val") for h in HEURISTICS] for p in self.ids]
 
     def _submit(self, partition: int, spec: Any, seed: int, split: str) -> Any:
-        return self.pool.submit(_replay, (partition, self.cfg.member_size, spec, seed, split))
+        cfg = self.cfg
+        return self.pool.submit(_replay, (partition, cfg.member_size, spec, seed, split, cfg.kube_weight))
 
     def add(self, policies: list[dict[str, Any]]) -> None:
         """Queue the test replays of ``policies[i]`` (name -> a baseline's name or weights) for

@@ -36,6 +36,7 @@ class FederateConfig:
     late_round: int = MEMBER.late_round  # the round the late member joins
     local_epochs: int = MEMBER.local_epochs  # passes of each round's credit regression
     local_learning_rate: float = MEMBER.local_learning_rate
+    kube_weight: float = MEMBER.kube_weight  # kube-default's score beside the logits, wherever a model scores
     eta: float = MEMBER.eta  # personalisation: eta * W_local + (1 - eta) * W_global
     proximal_mu: float = float(HUB["proximal-mu"])  # FedProx
     # The starting model. The main job starts every member, federated or alone, from the same
@@ -70,7 +71,8 @@ class FederateConfig:
                 "mode": "online",
                 "local-decisions": self.local_decisions, "scarce-decisions": self.scarce_decisions,
                 "late-round": self.late_round, "local-epochs": self.local_epochs,
-                "local-learning-rate": self.local_learning_rate, "init": self.init,
+                "local-learning-rate": self.local_learning_rate, "kube-weight": self.kube_weight,
+                "init": self.init,
                 "seed": self.seed, "out-dir": str(run_dir / "hub"), "state-dir": str(run_dir / "state")}
 
     def member_config(self, run_dir: Path) -> MemberRunConfig:

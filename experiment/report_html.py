@@ -53,7 +53,10 @@ def render(report: dict[str, Any], plot: Path | None) -> str:
         "<h1>fedsched: federated training of member clusters</h1>",
         f"<p>{len(report['clusters'])} members, {cfg['rounds']} rounds per strategy "
         f"({html.escape(', '.join(cfg['strategies']))}), eta {cfg['eta']}, starting model "
-        f"{html.escape(str(cfg['init']))}; evaluation on each member's held-out test pods in replay mode, "
+        f"{html.escape(str(cfg['init']))}, every learned model scored with kube-weight "
+        f"{html.escape(str(cfg.get('kube_weight', 0)))} (its logits plus that times kube-default's "
+        "score / 100); "
+        "evaluation on each member's held-out test pods in replay mode, "
         f"{cfg['eval_seeds']} seeds, mean ± 95% CI, lower is better. The trouble score is the mean log "
         "ratio of hot CPU node-seconds, throttled CPU, OOM kills and failed pods to kube-default's (below 0: "
         "better "

@@ -27,6 +27,12 @@ def table_rows(report: dict[str, Any], name: str) -> tuple[list[str], list[list[
 
 def format_report(report: dict[str, Any]) -> str:
     lines = []
+    cfg = report.get("config", {})
+    if "kube_weight" in cfg:
+        weight = cfg["kube_weight"]
+        how = (f"its logits plus {weight:g} x kube-default's score / 100" if weight else "its logits alone")
+        lines.append(f"every learned model scores nodes with {how} (kube-weight); "
+                     f"start: {cfg.get('init', '?')}")
     for name in report["clusters"]:
         info = report["members"][name]
         tags = ", ".join(t for t, on in (("data-scarce", info["scarce"]),

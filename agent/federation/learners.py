@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from fedsched.agent.federation.round import Learned, Learner, MemberRunConfig, MemberState, RoundInfo
-from fedsched.agent.federation.validation import member_evidence, policy_of, validation_score
+from fedsched.agent.federation.validation import member_evidence, validation_score
 from fedsched.agent.learning.credit import (
     BEHAVIOURS,
     CreditConfig,
@@ -69,6 +69,7 @@ from fedsched.agent.learning.env import EnvConfig, RewardConfig, SchedulingEnv
 from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
 from fedsched.common.federation.members import Member, reference_typical
 from fedsched.common.federation.run_config import Value
+from fedsched.common.federation.scoring import member_scheduler, policy_of
 from fedsched.common.federation.weights import load_weights, weights_of
 from fedsched.common.learning.checkpoint import (
     load_checkpoint,
@@ -78,7 +79,7 @@ from fedsched.common.learning.checkpoint import (
 )
 from fedsched.common.learning.decision_log import DecisionLog
 from fedsched.common.learning.nets import NodeScoringPolicy
-from fedsched.common.learning.scorers import PolicyScheduler
+from fedsched.common.learning.scorers import SCORING_KEY
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.traces import fits_somewhere
 from fedsched.common.schedulers import LEARNED_ONLINE, SchedulerContext, default_policy_path
@@ -157,24 +158,28 @@ class ReplayCreditLearner(Learner):
     warmup: float = 0.3
     """share of the window's pods scheduled before the round's decisions are collected (the
     replay starts from an empty cluster, whose first decisions meet no trouble)"""
+    kube_weight: float = 0.0
+    """kube-default's score / 100 times this beside the logits where the member's own policy
+    schedules (the behaviour policy's ``current`` and validation)"""
 
     @classmethod
     def from_config(cls, member: Member, cfg: MemberRunConfig) -> ReplayCreditLearner:
         """The member's settings: ``scarce_decisions`` for a data-scarce member, else
-        ``local_decisions``; ``local_epochs``, ``local_learning_rate``; a late member joins at
-        ``late_round``."""
+        ``local_decisions``; ``local_epochs``, ``local_learning_rate``, ``kube_weight``; a late
+        member joins at ``late_round``."""
         spec = member.spec
         return cls(member, decisions=cfg.scarce_decisions if spec is not None and spec.scarce
                    else cfg.local_decisions,
                    epochs=cfg.local_epochs, learning_rate=cfg.local_learning_rate,
-                   joins_at=max(cfg.late_round, 1) if spec is not None and spec.late else 1)
+                   joins_at=max(cfg.late_round, 1) if spec is not None and spec.late else 1,
+                   kube_weight=cfg.kube_weight)
 
     def collect(self, weights: Weights, seed: int) -> list[Credited]:
         """``decisions`` credited decisions of the member's replay twin under the exploring
         behaviour policy that includes the current policy ``weights``."""
         ctx = SchedulerContext(train_pods=self.member.train, rng=np.random.default_rng(seed))
         behaviours = [make_policy(b, ctx, "replay") for b in BEHAVIOURS]
-        behaviours.append(PolicyScheduler(policy_of(weights), reference_typical(), name="current"))
+        behaviours.append(member_scheduler(weights, self.kube_weight, name="current"))
         env = member_env(self.member, seed, self.window)
         warmup = int(self.warmup * len(env.pool))
         return collect_credited([env], behaviours, CreditConfig(samples=self.decisions, explore=self.explore,
@@ -189,7 +194,7 @@ class ReplayCreditLearner(Learner):
         return Learned(new, len(data), float(np.mean([c.credit for c in data])))
 
     def after_round(self, personalised: Weights, state: MemberState, info: RoundInfo) -> float:
-        return validation_score(self.member, personalised, state.dir)
+        return validation_score(self.member, personalised, state.dir, self.kube_weight)
 
 
 # ---- packing mode: PPO ------------------------------------------------------------------------------
@@ -245,6 +250,8 @@ class LogFinetuneLearner(Learner):
     """the member's cluster: its validation pods judge the checkpoint written to ``serve_path``"""
     serve_path: str | None = None
     """where the member's extender reads its policy (None: nothing is written)"""
+    kube_weight: float = 0.0
+    """the served checkpoint's scoring option: kube-default's score / 100 times this beside the logits"""
 
     def learn(self, start: Weights, global_w: Weights, state: MemberState, info: RoundInfo) -> Learned:
         data = credited_from_log(DecisionLog(self.log_dir).tail_records(self.window))
@@ -257,15 +264,19 @@ class LogFinetuneLearner(Learner):
 
     def after_round(self, personalised: Weights, state: MemberState, info: RoundInfo) -> float:
         if self.serve_path:
-            write_serving_checkpoint(self.serve_path, personalised, info.server_round, member=self.member)
+            write_serving_checkpoint(self.serve_path, personalised, info.server_round, member=self.member,
+                                     kube_weight=self.kube_weight)
         return math.nan
 
 
 def write_serving_checkpoint(path: str | Path, weights: Weights, server_round: int,
-                             base: str | Path | None = None, member: Member | None = None) -> Path:
+                             base: str | Path | None = None, member: Member | None = None,
+                             kube_weight: float = 0.0) -> Path:
     """Write the weights a member's extender should serve (``fedsched serve --policy PATH``
-    watches the file and hot-reloads it). Metadata (typical pods, hyper-parameters) comes from
-    ``base`` (default: the shipped online policy, whose kind of model the members train); with
+    watches the file and hot-reloads it), scored with ``kube_weight`` (its scoring options: the
+    run's, not ``base``'s, as the member learned and validated with them). Metadata (typical
+    pods, hyper-parameters) comes from ``base`` (default: the shipped online policy, whose kind
+    of model the members train); with
     ``member`` the checkpoint carries the roll-out gate's evidence from the member's own
     validation pods (:func:`fedsched.agent.federation.validation.member_evidence`): served
     actively only where that proves it better than kube-default with no guardrail worse, else
@@ -278,7 +289,9 @@ def write_serving_checkpoint(path: str | Path, weights: Weights, server_round: i
     save_checkpoint(staged, base_policy, algorithm="federated-personalised",
                     hyperparameters=meta.get("hyperparameters", {}),
                     typical=typical_from_dict(meta.get("typical_pods")),
-                    data=meta.get("data_hash", ""), extra={"server_round": int(server_round)})
+                    data=meta.get("data_hash", ""),
+                    extra={"server_round": int(server_round),
+                           SCORING_KEY: {"kube_weight": float(kube_weight)} if kube_weight else {}})
     try:
         evidence = member_evidence(member, staged) if member is not None else {}
         if evidence:
@@ -299,7 +312,8 @@ def learner_for(member: Member, cfg: MemberRunConfig, node_config: Mapping[str, 
         serve_path = node_config.get("serve-policy")
         return LogFinetuneLearner(str(log_dir), window=int(node_config.get("window", cfg.finetune_window)),
                                   epochs=cfg.finetune_epochs, learning_rate=cfg.finetune_learning_rate,
-                                  member=member, serve_path=str(serve_path) if serve_path else None)
+                                  member=member, serve_path=str(serve_path) if serve_path else None,
+                                  kube_weight=cfg.kube_weight)
     if cfg.mode == "online":
         return ReplayCreditLearner.from_config(member, cfg)
     if cfg.mode != "packing":

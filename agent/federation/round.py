@@ -81,6 +81,10 @@ class MemberRunConfig:
     """online: passes of the credit regression over the member's experience"""
     local_learning_rate: float
     """online: Adam step size of the credit regression"""
+    kube_weight: float
+    """online: kube-default's score / 100 times this beside the model's logits wherever a member's
+    model schedules (its own collection and validation, the experiment's evaluation, the hub's
+    central evaluation, the checkpoint a deployed member serves); 0: the logits alone"""
     local_steps: int
     """packing: PPO decisions per member per round"""
     ppo_rollout_steps: int

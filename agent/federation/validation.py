@@ -11,7 +11,9 @@
 - :func:`member_evidence`: the roll-out gate's evidence for a deployed member's serving
   checkpoint, from its own validation pods: the policy beside kube-default seed by seed, the
   form ``fedsched evidence`` writes (:mod:`fedsched.common.sim.evidence`).
-- :func:`policy_of`: weights as a node-scoring policy in eval mode.
+Every replay of a member's weights schedules with
+:func:`fedsched.common.federation.scoring.member_scheduler`: the logits plus ``kube_weight``
+times kube-default's score, as the served checkpoint does.
 
 May import: ``fedsched.common`` and ``fedsched.agent.learning``.
 """
@@ -27,9 +29,7 @@ import numpy as np
 
 from fedsched.agent.learning.online import VALIDATION_METRICS
 from fedsched.common.federation.members import Member, reference_typical
-from fedsched.common.federation.weights import load_weights
-from fedsched.common.learning.nets import NodeScoringPolicy
-from fedsched.common.learning.scorers import PolicyScheduler
+from fedsched.common.federation.scoring import member_scheduler
 from fedsched.common.model.cluster import PodTable
 from fedsched.common.model.metrics import trouble_score
 from fedsched.common.model.profiles import cluster_profile
@@ -43,13 +43,6 @@ VALIDATION_SEED = 2024  # the replay seed of every validation run (the first, fo
 MEMBER_EVIDENCE_SEEDS = 5  # paired seeds of a member's own evidence for its serving checkpoint
 
 
-def policy_of(weights: Weights) -> NodeScoringPolicy:
-    """``weights`` as a node-scoring policy, in eval mode."""
-    policy = NodeScoringPolicy()
-    load_weights(policy, weights)
-    return policy.eval()
-
-
 def replay_metrics(member: Member, scheduler: Any, pods: PodTable,
                    seed: int = VALIDATION_SEED) -> dict[str, float]:
     """The online metrics of one replay of ``pods`` on the member's nodes at its load."""
@@ -59,10 +52,11 @@ def replay_metrics(member: Member, scheduler: Any, pods: PodTable,
             if isinstance(v, int | float | np.floating | np.integer)}
 
 
-def validation_rows(member: Member, weights: Weights,
-                    state_dir: str | Path | None = None) -> dict[str, dict[str, float]]:
-    """The policy beside kube-default on the member's validation pods (``VALIDATION_METRICS``;
-    empty without validation pods): ``{"policy": {...}, "kube-default": {...}}``. kube-default's
+def validation_rows(member: Member, weights: Weights, state_dir: str | Path | None = None,
+                    kube_weight: float = 0.0) -> dict[str, dict[str, float]]:
+    """The policy (scored with ``kube_weight``) beside kube-default on the member's validation
+    pods (``VALIDATION_METRICS``; empty without validation pods): ``{"policy": {...},
+    "kube-default": {...}}``. kube-default's
     figures do not depend on the policy: with ``state_dir`` they are computed once and kept there."""
     if member.val is None or not len(member.val):
         return {}
@@ -76,14 +70,15 @@ def validation_rows(member: Member, weights: Weights,
         if ref_path is not None:
             ref_path.parent.mkdir(parents=True, exist_ok=True)
             ref_path.write_text(json.dumps(ref))
-    got = replay_metrics(member, PolicyScheduler(policy_of(weights), reference_typical()), member.val)
+    got = replay_metrics(member, member_scheduler(weights, kube_weight), member.val)
     return {"policy": {m: got[m] for m in VALIDATION_METRICS}, "kube-default": ref}
 
 
-def validation_score(member: Member, weights: Weights, state_dir: str | Path) -> float:
-    """The trouble score of the policy against kube-default on the member's validation pods
-    (lower is better; NaN without them)."""
-    rows = validation_rows(member, weights, state_dir)
+def validation_score(member: Member, weights: Weights, state_dir: str | Path,
+                     kube_weight: float = 0.0) -> float:
+    """The trouble score of the policy (scored with ``kube_weight``) against kube-default on the
+    member's validation pods (lower is better; NaN without them)."""
+    rows = validation_rows(member, weights, state_dir, kube_weight)
     return trouble_score(rows["policy"], rows["kube-default"]) if rows else math.nan
 
 

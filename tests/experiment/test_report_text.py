@@ -37,3 +37,13 @@ def test_the_console_report_says_what_its_verdicts_cover() -> None:
     assert "evaluation seeds of one training run" in text and "can change a verdict" in text
     assert "int8 250 vs fp32 1,000 (0.250x); received 355 vs fp32 1,000 (0.355x)" in text
     assert text.endswith("wall time 608 s (evaluation 175 s)")
+
+
+def test_the_console_report_says_how_the_models_score() -> None:
+    report = _report()
+    report["config"] |= {"kube_weight": 2.0, "init": "random"}
+    first = format_report(report).splitlines()[0]
+    assert first == ("every learned model scores nodes with its logits plus 2 x kube-default's score / 100 "
+                     "(kube-weight); start: random")
+    report["config"]["kube_weight"] = 0.0
+    assert "with its logits alone (kube-weight)" in format_report(report).splitlines()[0]

@@ -84,6 +84,8 @@ def test_deployed_member_learns_from_its_own_data_and_decision_log(tmp_path):
     verdict = gate(meta, "gpu")
     assert verdict.reason and verdict.reason.startswith("better than kube-default") == verdict.active
     assert not list((tmp_path / "serve").glob(".*staged*"))  # written beside, moved into place
+    assert meta["scoring"] == {"kube_weight": 2.0}  # the run config's kube-weight, as the member validated
+    assert ModelStore(str(tmp_path / "serve" / "policy.pt")).current.scheduler.kube_weight == 2.0
     served = ModelStore(str(tmp_path / "serve" / "policy.pt")).current.scheduler.policy
     local = load_npz(tmp_path / "state" / "prod-eu" / "local.npz")
     mix = personalised_mix(local, glob, 0.2)

@@ -12,6 +12,7 @@ import pytest
 from fedsched.agent.federation import validation
 from fedsched.agent.learning.online import VALIDATION_METRICS
 from fedsched.common.federation.members import member_cluster, reference_typical
+from fedsched.common.federation.scoring import policy_of
 from fedsched.common.federation.weights import weights_of
 from fedsched.common.learning.nets import NodeScoringPolicy
 from fedsched.common.learning.scorers import PolicyScheduler
@@ -49,7 +50,7 @@ def test_the_score_is_the_policys_trouble_against_kube_default(member, tmp_path)
     weights = weights_of(NodeScoringPolicy())
     kube = make_policy("kube-default", SchedulerContext(rng=np.random.default_rng(0)), "replay")
     ref = validation.replay_metrics(member, kube, member.val)
-    policy = PolicyScheduler(validation.policy_of(weights), reference_typical())
+    policy = PolicyScheduler(policy_of(weights), reference_typical())
     got = validation.replay_metrics(member, policy, member.val)
     rows = validation.validation_rows(member, weights, tmp_path)
     assert rows["kube-default"] == {m: ref[m] for m in VALIDATION_METRICS}
