@@ -32,13 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="replay seeds of each member's test evaluation (default 5; --quick: 2); the "
                         "intervals narrow as 1/sqrt(seeds), the evaluation's time grows with them")
     p.add_argument("--seed", type=int, default=None,
-                   help=f"seed of the random starting model every member starts from (default: run config "
+                   help=f"seed of the random starting model (--init random) (default: run config "
                         f"seed = {defaults['seed']})")
     p.add_argument("--init", choices=("random", "shipped"), default=None,
-                   help="the model every member, federated or alone, starts from: a seeded random model "
-                        "(default: the gain of federating is measured from an untrained start) or the "
-                        "shipped online policy (what a fleet starts from: the gain of federated "
-                        "fine-tuning over fine-tuning alone)")
+                   help="the model every member, federated or alone, starts from: the shipped online "
+                        "policy (what a fleet starts from: the gain of federated fine-tuning over "
+                        "fine-tuning alone) or a seeded random model (learning from an untrained start) "
+                        f"(default: run config init = {defaults['init']})")
     p.add_argument("--eta", type=float, default=None,
                    help=f"personalisation weight in [0, 1] (default: run config eta = {defaults['eta']})")
     p.add_argument("--kube-weight", type=float, default=None,

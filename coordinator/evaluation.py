@@ -233,6 +233,7 @@ class HubRecorder:
             entry["skipped"] = list(report.skipped)
             key = member_keys(report)
             entry["cosines"] = {key[node]: c for node, c in report.cosines.items()}
+            entry["direction_checked"] = report.direction_checked
             entry["members"] = {key[node]: m for node, m in report.members.items()}
             entry["clipped"] = {key[node]: {"claimed": claimed, "counted": counted}
                                 for node, (claimed, counted) in report.clipped.items()}

@@ -278,17 +278,22 @@ def verdicts(report: dict[str, Any], cfg: FederateConfig) -> dict[str, dict[str,
 
 def fleet_verdicts(report: dict[str, Any], cfg: FederateConfig) -> dict[str, dict[str, Any]]:
     """Across the members: per seed, the mean over members of each one's trouble score, for the
-    comparisons every member shares (personalised against local-only and kube-default, FedProx's
-    global model against FedAvg's), then paired over the seeds. Members replay on the same seed
+    comparisons every member shares (personalised against local-only and kube-default, local-only
+    and personalised against the start, FedProx's global model against FedAvg's), then paired
+    over the seeds. Members replay on the same seed
     numbers, so each seed is one draw of the whole fleet; the mean over five members is narrower
     than any one member's, and answers "does the average member gain", not any one member's
     question."""
     pers = f"personalised eta={cfg.eta:g}"
+    clusters = report["clusters"]
     pairs = [(pers, "local-only"), (pers, "kube-default"), ("local-only", "kube-default")]
+    starts = [p for p in ("random start", "shipped start") if all(p in pols for pols in clusters.values())]
+    start = starts[0] if starts else None
+    if start is not None:  # did fine-tuning, alone or federated, improve on the start?
+        pairs += [("local-only", start), (pers, start)]
     if {"fedavg", "fedprox"} <= set(cfg.strategies):
         pairs.append(("global fedprox", "global fedavg"))
     out: dict[str, dict[str, Any]] = {}
-    clusters = report["clusters"]
     for a, b in pairs:
         if not all(a in pols and b in pols for pols in clusters.values()):
             continue

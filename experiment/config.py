@@ -19,7 +19,7 @@ from fedsched.agent.federation.round import MemberRunConfig
 from fedsched.common.federation.run_config import Value, app_defaults
 
 # The Flower app's run-config defaults: FederateConfig's defaults, never a second copy.
-HUB = app_defaults()  # the hub's keys (rounds, members, FedProx's mu, the random start's seed)
+HUB = app_defaults()  # the hub's keys (rounds, members, FedProx's mu, the start and a random start's seed)
 MEMBER = MemberRunConfig.defaults()  # the members' keys, typed
 
 
@@ -39,10 +39,9 @@ class FederateConfig:
     kube_weight: float = MEMBER.kube_weight  # kube-default's score beside the logits, wherever a model scores
     eta: float = MEMBER.eta  # personalisation: eta * W_local + (1 - eta) * W_global
     proximal_mu: float = float(HUB["proximal-mu"])  # FedProx
-    # The starting model. The main job starts every member, federated or alone, from the same
-    # seeded random model, so the gain of federating over learning alone is measured from an
-    # untrained start; a fleet starts from the shipped policy (the run config's default, "shipped").
-    init: str = "random"
+    # The starting model of every member, federated or alone: the run config's, the shipped online
+    # policy, as a fleet starts ("random": a seeded random model, to measure learning from nothing).
+    init: str = str(HUB["init"])
     seed: int = int(HUB["seed"])  # seed of a random starting model
     eval_seeds: int = 5  # replay seeds of the per-member evaluation (not a run-config setting)
     # the personalisation sweep of the evaluation (eta 0 is the global model, always in; so is the

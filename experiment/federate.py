@@ -15,7 +15,8 @@ heuristic for the member (the load-aware baseline with the lowest trouble score 
 *validation* pods), the shipped starting model, local-only (the same rounds and decision budget
 on the member alone: eta = 1, no global model), the FedAvg and FedProx global models, and the
 personalised model ``eta * W_local + (1 - eta) * W_global`` of the FedAvg run at every eta of
-``etas`` (eta = 0 is the global model). Verdicts compare, seed by seed, the run's personalised
+``etas`` (eta = 0 is the global model), every model scored as served (its logits plus
+``kube_weight`` times kube-default's score / 100). Verdicts compare, seed by seed, the run's personalised
 model with local-only and kube-default on the trouble score and on failed pods; the late
 member's rounds to local-only's final validation quality come from the members' per-round
 reports. Bytes are what each member really sent and received in each round (its own report),

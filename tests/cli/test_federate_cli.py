@@ -15,6 +15,9 @@ from fedsched.cli.main import main
     (["--seed", "-1"], "--seed must be in [0, 2**63), got -1"),
     (["--seed", str(2**64 + 5)], "--seed must be in [0, 2**63)"),
     (["--eta", "1.5"], "--eta must be in [0, 1]"),
+    (["--kube-weight", "-1"], "--kube-weight must be in [0, 1e+06]"),
+    (["--kube-weight", "nan"], "--kube-weight must be in [0, 1e+06]"),
+    (["--kube-weight", "1e7"], "--kube-weight must be in [0, 1e+06]"),
 ])
 def test_a_bad_value_is_one_clear_error_and_nothing_runs(tmp_path, capsys, args, message) -> None:
     out = tmp_path / "out"
@@ -30,8 +33,8 @@ def test_an_unknown_member_size_is_refused_by_the_parser(tmp_path, capsys) -> No
     assert exc.value.code == 2 and "invalid choice: 'huge'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("args", "init"), [([], "random"), (["--init", "shipped"], "shipped"),
-                                            (["--quick", "--init", "shipped"], "shipped")])
+@pytest.mark.parametrize(("args", "init"), [([], "shipped"), (["--init", "random"], "random"),
+                                            (["--quick", "--init", "random"], "random")])
 def test_the_start_flag_reaches_the_job(tmp_path, monkeypatch, args, init) -> None:
     import fedsched.experiment.federate as job
     import fedsched.experiment.report_text as report_text
@@ -46,6 +49,19 @@ def test_the_start_flag_reaches_the_job(tmp_path, monkeypatch, args, init) -> No
     monkeypatch.setattr(report_text, "format_report", lambda report: "")
     assert main(["federate", "--out", str(tmp_path / "out"), *args]) == 0
     assert seen["cfg"].init == init
+
+
+@pytest.mark.parametrize(("args", "weight"), [([], 2.0), (["--kube-weight", "0"], 0.0),
+                                              (["--quick", "--kube-weight", "3.5"], 3.5)])
+def test_the_kube_weight_reaches_the_job(tmp_path, monkeypatch, args, weight) -> None:
+    import fedsched.experiment.federate as job
+    import fedsched.experiment.report_text as report_text
+
+    seen = {}
+    monkeypatch.setattr(job, "federate", lambda out, cfg, *a, **k: seen.setdefault("cfg", cfg) and {})
+    monkeypatch.setattr(report_text, "format_report", lambda report: "")
+    assert main(["federate", "--out", str(tmp_path / "out"), *args]) == 0
+    assert seen["cfg"].kube_weight == weight
 
 
 def test_an_unknown_start_is_refused_by_the_parser(tmp_path, capsys) -> None:

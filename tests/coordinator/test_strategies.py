@@ -215,6 +215,33 @@ def test_a_sign_flipped_update_points_away_from_the_others(floor, rejected):
     assert clean.rejected == [] and min(clean.cosines.values()) > 0.5
 
 
+def _round_of_offsets(floor: float):
+    """Five personalised members whose updates are their own offsets from the global, which is
+    about their mean: two GPU clusters pull one way, three CPU clusters the other (each with its
+    own noise), centred, so no update shares a direction with the others' median."""
+    s = strategy("fedavg", min_train_nodes=5, min_available_nodes=5, cosine_floor=floor)
+    arrays = ArrayRecord({k: Array(v) for k, v in GLOBAL.items()})
+    msgs = list(s.configure_train(1, arrays, ConfigRecord({"lr": 0.1}), FiveNodes()))
+    pull = deltas(100)
+    raw = [{k: (1.0 if i < 2 else -2 / 3) * pull[k] + 0.3 * deltas(200 + i)[k] for k in GLOBAL}
+           for i in range(5)]
+    mean = {k: np.mean([d[k] for d in raw], axis=0) for k in GLOBAL}
+    ds = [{k: (d[k] - mean[k]).astype(np.float32) for k in GLOBAL} for d in raw]
+    s.aggregate_train(1, [reply(m, d, 10) for m, d in zip(msgs, ds, strict=True)])
+    return s.reports[1]
+
+
+def test_without_a_shared_direction_no_update_is_rejected_for_its_direction():
+    """Centred offsets (what personalised members send from a converged start) point away from
+    each other's median: at the default floor every honest one would be rejected. The check
+    applies only where the round's updates share a direction, and the report says it did not."""
+    report = _round_of_offsets(-0.3)
+    assert max(report.cosines.values()) < -0.3  # what the check would have rejected
+    assert report.direction_checked is False and report.rejected == [] and len(report.kept) == 5
+    shared, _ = _round_of_five(-0.3)  # with a shared direction the flipped update is still caught
+    assert shared.direction_checked is True and len(shared.rejected) == 1
+
+
 def test_with_two_updates_there_is_no_direction_check():
     s = strategy("fedavg", min_train_nodes=2, min_available_nodes=2, cosine_floor=0.9)
     msgs = send(s)[:2]

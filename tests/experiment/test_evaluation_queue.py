@@ -35,7 +35,7 @@ def test_one_queue_gives_the_member_by_member_figures() -> None:
         queue.add([{"scaled": scaled} for _ in ids])
         queued = queue.finish(heard.append)
         for k, (i, m) in enumerate(zip(ids, members, strict=True)):
-            best, scores = _choose(list(pool.map(_replay, [(i, cfg.member_size, h, 0, "val")
+            best, scores = _choose(list(pool.map(_replay, [(i, cfg.member_size, h, 0, "val", cfg.kube_weight)
                                                            for h in HEURISTICS])))
             ps = {"kube-default": "kube-default",
                   **({f"best heuristic ({best})": best} if best != "kube-default" else {}),

@@ -45,7 +45,8 @@ def test_the_main_jobs_defaults_are_the_run_configs():
         table["num-server-rounds"], table["local-decisions"], table["scarce-decisions"], table["late-round"],
         table["local-epochs"], table["local-learning-rate"], table["eta"], table["proximal-mu"],
         table["seed"], table["min-nodes"])
-    assert cfg.init == "random" and table["init"] == "shipped"  # the experiment's start; a fleet's
+    assert cfg.init == table["init"] == "shipped"  # the experiment starts where a fleet does
+    assert cfg.kube_weight == table["kube-weight"]
 
 
 def test_the_main_jobs_run_config_argument_parses_back_as_flwr_run_reads_it(tmp_path):
@@ -83,8 +84,10 @@ TINY = dict(local_decisions=40, scarce_decisions=20, local_epochs=2, eval_seeds=
 #: run ``FederateConfig(clusters=5, rounds=2, late_round=2, strategies=("fedavg",), **TINY)`` starts.
 #: Local-only and the first replays run beside the Flower run, as in the quick job (the reuse test
 #: evaluates the same models again without that: both orders give the same figures).
+#: It starts from the random model: from the shipped one these small members' honest updates can
+#: fall below the hub's direction floor (a cosine of -0.4 in one run), which the rounds test forbids.
 MAIN_JOB = FederateConfig(clusters=5, rounds=2, late_round=2, strategies=("fedavg",), etas=(0.0, 0.2, 1.0),
-                          beside_flower=True, **TINY)
+                          beside_flower=True, init="random", **TINY)
 
 
 @dataclasses.dataclass
@@ -207,7 +210,8 @@ def test_federate_main_job_runs_flwr_reports_and_its_html_renders(main_job: Main
     assert "Verdicts" in page.headings and "web-late-4" in page.headings
     verdicts, fleet, *members, sent = page.tables
     assert [r[0] for r in verdicts[1:]] == list(report["clusters"]) and len(members) == 5
-    assert [r[0] for r in fleet[1:]] == list(report["fleet"]) and len(report["fleet"]) == 3  # FedAvg only
+    assert [r[0] for r in fleet[1:]] == list(report["fleet"]) and len(report["fleet"]) == 5  # FedAvg only
+    assert "trouble_score local-only vs random start" in report["fleet"]
     assert members[0][0][:3] == ["policy", "trouble_score", "hot_cpu_node_s"]
     assert [r[0] for r in members[1][1:]] == list(report["clusters"]["web-1"])
     assert sent[1][0] == "fedavg"
