@@ -20,18 +20,22 @@ from pathlib import Path
 
 import numpy as np
 
+from fedsched.common.sim.paired import paired_difference
+
 Z95 = 1.96
 
 
 def resolution(values: list[float], target: float) -> dict[str, float]:
-    """Mean, per-seed sd, t-free 95% half-width and the seeds for half-width ``target``."""
+    """Mean, per-seed sd, the report's 95% half-width (``paired_difference``, as the job computes
+    it) and the seeds for half-width ``target``."""
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v)]
     if len(v) < 2:
         return {"n": float(len(v)), "mean": math.nan, "sd": math.nan, "half_width": math.nan,
                 "seeds_needed": math.nan}
     sd = float(v.std(ddof=1))
-    return {"n": float(len(v)), "mean": float(v.mean()), "sd": sd, "half_width": Z95 * sd / math.sqrt(len(v)),
+    half = paired_difference(list(v), [0.0] * len(v))["ci95"]
+    return {"n": float(len(v)), "mean": float(v.mean()), "sd": sd, "half_width": float(half),
             "seeds_needed": float(math.ceil((Z95 * sd / target) ** 2))}
 
 

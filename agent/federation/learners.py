@@ -79,7 +79,7 @@ from fedsched.common.learning.checkpoint import (
 )
 from fedsched.common.learning.decision_log import DecisionLog
 from fedsched.common.learning.nets import NodeScoringPolicy
-from fedsched.common.learning.scorers import SCORING_KEY
+from fedsched.common.learning.scorers import SCORING_KEY, scoring_metadata
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.traces import fits_somewhere
 from fedsched.common.schedulers import LEARNED_ONLINE, SchedulerContext, default_policy_path
@@ -291,7 +291,7 @@ def write_serving_checkpoint(path: str | Path, weights: Weights, server_round: i
                     typical=typical_from_dict(meta.get("typical_pods")),
                     data=meta.get("data_hash", ""),
                     extra={"server_round": int(server_round),
-                           SCORING_KEY: {"kube_weight": float(kube_weight)} if kube_weight else {}})
+                           SCORING_KEY: scoring_metadata(kube_weight)})
     try:
         evidence = member_evidence(member, staged) if member is not None else {}
         if evidence:

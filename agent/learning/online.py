@@ -74,7 +74,7 @@ from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
 from fedsched.common.compute import worker_pool
 from fedsched.common.learning.checkpoint import data_hash, load_checkpoint, save_checkpoint
 from fedsched.common.learning.kinds import NODE_SCORING, kind_of
-from fedsched.common.learning.scorers import MAX_KUBE_WEIGHT, SCORING_KEY, scorer_for
+from fedsched.common.learning.scorers import MAX_KUBE_WEIGHT, SCORING_KEY, scorer_for, scoring_metadata
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.metrics import TROUBLE_SMOOTHING, trouble_score
@@ -387,7 +387,7 @@ def validate(policy: Any, recipe: OnlineRecipe, typical: TypicalPods,
                 if name in rows:
                     continue
                 if name == "policy":
-                    sched = scorer_for(policy, typical, **_scoring(recipe))
+                    sched = scorer_for(policy, typical, **scoring_metadata(recipe.kube_weight))
                 else:
                     ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(0))
                     sched = make_policy(name, ctx, "replay")
@@ -396,11 +396,6 @@ def validate(policy: Any, recipe: OnlineRecipe, typical: TypicalPods,
             refs[key] = {n: r for n, r in rows.items() if n != "policy"}
             out[key] = rows
     return out
-
-
-def _scoring(recipe: OnlineRecipe) -> dict[str, float]:
-    """The scoring options the recipe writes into its checkpoint (``scorers.SCORING_KEY``)."""
-    return {"kube_weight": recipe.kube_weight} if recipe.kube_weight > 0 else {}
 
 
 def validation_score(figures: Figures) -> float:
@@ -577,7 +572,7 @@ def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None =
     extra = {"operating_mode": "online", "teacher": recipe.teacher, "recipe": command,
              "fit": epochs[-1] if epochs else {}, "validation": figures,
              "validation_score": validation_score(figures), "stages": stages, "kept": chosen,
-             SCORING_KEY: _scoring(recipe)}
+             SCORING_KEY: scoring_metadata(recipe.kube_weight)}
     ckpt = save_checkpoint(out / "checkpoint.pt", policy, extra=extra, **meta)
     summary = {"algorithm": meta["algorithm"], "operating_mode": "online", "method": recipe.method,
                "samples": n_decisions, "init": str(init) if init else None, "epochs": epochs,

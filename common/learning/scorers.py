@@ -51,6 +51,12 @@ def scheduler_from_checkpoint(path: str | Path, ctx: SchedulerContext | None = N
                       **scoring_options(meta, kind_of(policy)))
 
 
+def scoring_metadata(kube_weight: float) -> dict[str, float]:
+    """What a checkpoint scored with ``kube_weight`` keeps under ``SCORING_KEY`` (``{}``: the
+    logits alone); :func:`scoring_options` reads it back."""
+    return {"kube_weight": float(kube_weight)} if kube_weight > 0 else {}
+
+
 def scoring_options(meta: dict[str, Any], kind: str) -> dict[str, Any]:
     """The adapter options under the metadata's ``scoring`` key (``{}`` where there is none).
     An option the policy kind's adapter does not take, or a value that is not a number in

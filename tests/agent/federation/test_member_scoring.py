@@ -37,11 +37,11 @@ def weights():
     return weights_of(NodeScoringPolicy())
 
 
-def test_the_run_configs_weight_reaches_every_member_setting():
+def test_the_run_configs_weight_reaches_every_member_setting(member):
     cfg = MemberRunConfig.defaults()
     assert cfg.kube_weight == FederateConfig().kube_weight == 2.0
     assert FederateConfig(kube_weight=0.5).member_config(Path("x")).kube_weight == 0.5
-    learner = ReplayCreditLearner.from_config(member_cluster(1, size="small"), cfg)
+    learner = ReplayCreditLearner.from_config(member, cfg)
     assert learner.kube_weight == 2.0
 
 

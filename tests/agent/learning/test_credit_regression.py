@@ -22,6 +22,7 @@ from fedsched.agent.learning.online import (
     profile_parameters,
     reference_typical,
 )
+from fedsched.common.learning.scorers import scoring_metadata
 from fedsched.common.model.metrics import trouble_score
 
 _METRICS = {"hot_cpu_node_s": 1e6, "throttled_cpu_core_s": 1e6, "oom_kills_per_1k_starts": 50.0,
@@ -279,10 +280,12 @@ def test_the_kube_weight_flag_reaches_the_recipe_and_its_reproduce_command(monke
     monkeypatch.setattr(online, "train", lambda recipe, out, **_: seen.update(recipe=recipe) or {
         "checkpoint": str(out / "checkpoint.pt"), "samples": 0, "wall_s": 0.0})
     assert online.main(["--out", str(tmp_path), "--no-validate"]) == 0
-    assert seen["recipe"].kube_weight == 0.0 and online._scoring(seen["recipe"]) == {}  # the logits alone
+    weight = seen["recipe"].kube_weight
+    assert weight == 0.0 and scoring_metadata(weight) == {}  # the logits alone
     assert online.main(["--out", str(tmp_path), "--kube-weight", "1", "--no-validate"]) == 0
     recipe = seen["recipe"]
-    assert online._scoring(recipe) == {"kube_weight": 1.0} and "--kube-weight 1" in online._flags(recipe)
+    assert scoring_metadata(recipe.kube_weight) == {"kube_weight": 1.0}
+    assert "--kube-weight 1" in online._flags(recipe)
     assert "kube_weight" not in online._collection_key(recipe)  # a scoring choice: kept decisions serve both
     for bad in ("-1", "nan", "inf", "1e308"):
         with pytest.raises(SystemExit):
