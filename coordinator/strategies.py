@@ -1,7 +1,7 @@
 """Hub strategies: Flower's own FedAvg, FedProx, FedTrimmedAvg and Krum, made to accept INT8 deltas,
 validate them and resume.
 
-Members upload the *change* of their weights this round (``W_local_new - W_global``),
+Members upload what they learned since their last upload (``W_local_new - start``, their round's start),
 INT8-encoded with error feedback (:mod:`fedsched.common.federation.codec`). Flower's FedAvg would
 average the int8 values and the scales as if they were weights (meaningless: each upload has its
 own scales), so :class:`QuantizedUpdates` overrides ``aggregate_train`` and, before the parent's

@@ -11,12 +11,18 @@ settings, its state, and the one skeleton every way of learning shares.
    member's own rewards in its replay twin, or fine-tuning on a deployed member's decision log),
    with FedProx's proximal term anchored at ``W_global`` when the round's ``mu`` > 0;
 4. **save** the result as the new ``W_local``;
-5. **encode the delta** ``W_local_new - W_global`` (float32; the ClientApp's codec mod quantises
-   it for the wire);
+5. **the update** is what the round learned, ``W_local_new - start`` (float32; the ClientApp's
+   codec mod quantises it for the wire), not ``W_local_new - W_global``: that adds the
+   member's personalisation offset ``eta * (W_local - W_global)``, and the honest members'
+   offsets from a global that is about their mean point away from each other. They cancel in
+   the average (with steady weights the global moves the same), but they bent every honest
+   update away from the others (in the main job from the shipped start every cosine to the
+   others' median was below 0, down to -0.30, beside the hub's direction floor of -0.3);
+   without them the cosines sit around 0 (-0.15 to +0.24): the members learn different things;
 6. **decide on the upload** (sparse communication): every ``upload-every`` rounds, or earlier
    when the change accumulated since the last upload passes ``upload-norm``; the accumulated
-   change is kept in the state directory, and a skipped upload sends zeros and counts 0
-   examples (a learner may always upload: the deployed member's fine-tuning does);
+   change is kept in the state directory and uploaded whole, and a skipped upload sends zeros
+   and counts 0 examples (a learner may always upload: the deployed member's fine-tuning does);
 7. the learner's **report** on the new personalised mix ``eta * W_local_new + (1 - eta) *
    W_global``: its validation score (online mode), the checkpoint a deployed member's extender
    serves.
@@ -222,7 +228,7 @@ class Learner(ABC):
 
 @dataclass
 class RoundResult:
-    delta: Weights  # W_local_new - W_global (zeros when the member skipped its upload)
+    delta: Weights  # the learning since the last upload, W_local_new - start summed (zeros: no upload)
     examples: int  # decisions trained on this round (the aggregation weight; 0 without an upload)
     mean_reward: float
     upload: bool
@@ -230,16 +236,18 @@ class RoundResult:
     joined: bool = True  # False: a late member before its join round (nothing trained, nothing sent)
 
 
-def sparse_upload(state: MemberState, delta: Weights, *, server_round: int, upload_every: int,
-                  norm_threshold: float) -> bool:
-    """Sparse communication: upload every ``upload_every`` rounds, or earlier when the change
-    accumulated since the last upload passes ``norm_threshold``; keeps the accumulated change."""
-    pending = state.load("pending") or {k: np.zeros_like(v) for k, v in delta.items()}
-    pending = {k: pending[k] + delta[k] for k in delta}
+def sparse_upload(state: MemberState, change: Weights, *, server_round: int, upload_every: int,
+                  norm_threshold: float) -> Weights | None:
+    """Sparse communication: the change accumulated since the last upload (this round's
+    included), to send every ``upload_every`` rounds or earlier once its norm passes
+    ``norm_threshold``; None in a round without an upload (the accumulated change is kept in
+    the state directory, so no round's learning is lost to the global)."""
+    pending = state.load("pending") or {k: np.zeros_like(v) for k, v in change.items()}
+    pending = {k: pending[k] + change[k] for k in change}
     norm = float(np.sqrt(sum(float((v * v).sum()) for v in pending.values())))
     upload = server_round % max(upload_every, 1) == 0 or norm > norm_threshold
     state.save("pending", {k: np.zeros_like(v) for k, v in pending.items()} if upload else pending)
-    return upload
+    return pending if upload else None
 
 
 def member_round(learner: Learner, state: MemberState, global_w: Weights, cfg: MemberRunConfig,
@@ -254,10 +262,12 @@ def member_round(learner: Learner, state: MemberState, global_w: Weights, cfg: M
     start = personalised_mix(local, global_w, cfg.eta) if local is not None else global_w
     learned = learner.learn(start, global_w, state, info)
     state.save("local", learned.weights)
-    delta = {k: (learned.weights[k] - global_w[k]).astype(np.float32) for k in global_w}
-    upload = learner.always_uploads or sparse_upload(state, delta, server_round=info.server_round,
-                                                     upload_every=cfg.upload_every,
-                                                     norm_threshold=cfg.upload_norm)
+    change = {k: (learned.weights[k] - start[k]).astype(np.float32) for k in global_w}
+    update = change if learner.always_uploads else sparse_upload(
+        state, change, server_round=info.server_round, upload_every=cfg.upload_every,
+        norm_threshold=cfg.upload_norm)
     score = learner.after_round(personalised_mix(learned.weights, global_w, cfg.eta), state, info)
-    return RoundResult(delta if upload else {k: np.zeros_like(v) for k, v in delta.items()},
-                       learned.examples if upload else 0, learned.mean_reward, upload, score)
+    if update is None:
+        return RoundResult({k: np.zeros_like(v) for k, v in change.items()}, 0, learned.mean_reward, False,
+                           score)
+    return RoundResult(update, learned.examples, learned.mean_reward, True, score)
