@@ -3,7 +3,9 @@ process pools that end with the process that started them.
 
 For worker processes: :func:`worker_pool` (a process pool that a failure or Ctrl-C
 ends at once), :func:`die_with_parent` (a pool worker's initializer that ends the worker with
-the process that started it) and :func:`kill_with_parent_thread` (the same for any child).
+the process that started it), :func:`single_threaded_worker` and :func:`background_worker`
+(the same, one BLAS thread, and for the second the lowest CPU priority) and
+:func:`kill_with_parent_thread` (the same for any child).
 
 One BLAS (and torch) thread: the work of one decision is a few small matrix products, where a
 second thread only adds overhead, and an idle OpenBLAS worker spins on its core for a while
@@ -27,6 +29,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import BaseContext
 
 MANAGER_JOIN_S = 10.0  # stop_pool's wait for the executor's manager thread
+BACKGROUND_NICE = 19  # background_worker's niceness: the lowest priority
 
 
 def single_threaded() -> None:
@@ -47,6 +50,21 @@ def single_threaded_worker() -> None:
 
     die_with_parent()
     single_threaded()
+
+
+def background_worker() -> None:
+    """:func:`single_threaded_worker` at the lowest CPU priority: Linux's ``SCHED_IDLE`` policy
+    (a CPU share of about 3 against a normal process's 1024), and nice ``BACKGROUND_NICE``
+    where there is no such policy. A pool queued beside a foreground job that holds the
+    critical path (the main job's Flower runs) takes the CPU time that job leaves idle (its
+    runtime's start-up, a round's last member) instead of sharing every core with it. Nice 19
+    alone is not enough there: Ray runs its workers at nice 15, against which nice 19 still
+    took a third of the CPU. Where the OS refuses, the worker runs as it is."""
+    single_threaded_worker()
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(BACKGROUND_NICE)
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 def kill_with_parent_thread() -> None:

@@ -50,18 +50,19 @@ class FederateConfig:
     strategies: tuple[str, ...] = ("fedavg", "fedprox")
     workers: int = field(default_factory=lambda: max(1, min(2, os.cpu_count() or 1)))  # local processes
     # Run local-only and the replays that need no federated model in the worker pool beside the
-    # Flower runs instead of after them. Meant for runs whose Flower phase is mostly its runtime's
-    # start-up (the quick job: 129 s and 133 s against 136 s on a 2-core machine, single runs, a
-    # gain inside the run-to-run noise); on full-size members the runs keep both cores busy and
-    # the extra processes cost more than they fill (1,430 s against 1,305 s, one run each).
-    beside_flower: bool = False
+    # Flower runs instead of after them, at the lowest CPU priority (SCHED_IDLE; Ray's actors at
+    # nice 0): they take what the runs leave idle (the runtime's start-up, a round's last member).
+    # They still slow the runs (cache, memory; fedavg 220 s against 154 s) but fill more than
+    # that: the default job 594 s against 617 s after them, the same report, one run each on a
+    # 2-core AMD EPYC. At normal priority it was the other way round (1,430 s against 1,305 s).
+    beside_flower: bool = True
 
     @classmethod
     def quick(cls) -> FederateConfig:
         """A smoke test of the whole job in under 2 minutes: the small 6-10-node members, 3 rounds,
         small budgets, 2 seeds, FedAvg only (its verdicts are not a result)."""
         return cls(member_size="small", rounds=3, local_decisions=200, scarce_decisions=20, late_round=2,
-                   eval_seeds=2, etas=(0.0, 0.2, 1.0), strategies=("fedavg",), beside_flower=True)
+                   eval_seeds=2, etas=(0.0, 0.2, 1.0), strategies=("fedavg",))
 
     def run_config(self, strategy: str, run_dir: Path) -> dict[str, Value]:
         """The run-config values this job sets for one run of ``strategy`` into ``run_dir``."""

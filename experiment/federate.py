@@ -25,9 +25,10 @@ both ways beside their float32 equivalent (:func:`bytes_sent`). Writes ``DIR/rep
 each member's validation score per round, federated and local-only) and ``DIR/report.html``
 (one self-contained file: the tables and the plot, :mod:`fedsched.experiment.report_html`).
 The replays are one queue for all members (:class:`fedsched.experiment.baselines.MemberEvaluation`);
-with ``beside_flower`` (the quick job) the local-only baseline and the replays that need no
+with ``beside_flower`` (the default) the local-only baseline and the replays that need no
 federated model (the heuristics, the starting model) run in the job's worker pool beside the
-Flower runs, whose runtime leaves cores idle while it starts.
+Flower runs, at the lowest CPU priority (:func:`fedsched.common.compute.background_worker`):
+they fill what the runs leave idle (the runtime's start-up, a round's last member).
 
 Settings: :class:`fedsched.experiment.config.FederateConfig`.
 
@@ -58,7 +59,7 @@ from typing import Any
 
 from fedsched.agent.federation.learners import ReplayCreditLearner
 from fedsched.agent.federation.round import MemberState
-from fedsched.common.compute import single_threaded_worker, worker_pool
+from fedsched.common.compute import background_worker, single_threaded_worker, worker_pool
 from fedsched.common.federation.codec import personalised_mix
 from fedsched.common.federation.members import member_cluster
 from fedsched.common.federation.run_config import Value, run_config_arg
@@ -205,6 +206,9 @@ def _alive(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
+RAY_WORKER_NICENESS = "RAY_worker_niceness"  # Ray's setting of its workers' niceness (default 15)
+
+
 def run_flower(app_dir: Path, out: Path, strategy: str, cfg: FederateConfig,
                progress: Callable[[str], None], *, name: str | None = None,
                extra: dict[str, Value] | None = None, fresh: bool = True) -> Path:
@@ -217,6 +221,10 @@ def run_flower(app_dir: Path, out: Path, strategy: str, cfg: FederateConfig,
     if fresh and run_dir.exists():
         shutil.rmtree(run_dir)
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    # Ray starts its workers (the members' ClientApp actors) at nice 15, below the job's own
+    # processes; here they are the job's critical path, and the pool beside them
+    # (background_worker) is what must yield. A value the user set is kept.
+    env.setdefault(RAY_WORKER_NICENESS, "0")
     run_config = run_config_arg({**cfg.run_config(strategy, run_dir), **(extra or {})})
     log_path = out / f"flwr-{name or strategy}.log"
     with local_flower_lock(progress):
@@ -334,7 +342,10 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
     members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
     n = cfg.clusters
     # a failed or interrupted run ends the job now, not after the queue (worker_pool)
-    with worker_pool(cfg.workers, initializer=single_threaded_worker) as pool:
+    # Beside the Flower runs the pool's workers run at the lowest priority: they fill what the
+    # runs leave idle instead of slowing the runs' rounds.
+    with worker_pool(cfg.workers, initializer=background_worker if cfg.beside_flower
+                     else single_threaded_worker) as pool:
         queued = None
         if cfg.beside_flower:
             queued = _queue_what_needs_no_federated_model(pool, members, cfg, init, out, reused, progress)

@@ -5,6 +5,7 @@ worker spins on its core after each call); ``die_with_parent`` ends a pool worke
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -51,6 +52,29 @@ def test_worker_processes_start_single_threaded():
                          env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "2", "OPENBLAS_NUM_THREADS": "2"})
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(got["after"]) == {1} and got["torch"] == 1
+
+
+def test_a_background_worker_is_single_threaded_at_the_lowest_priority():
+    """The main job's pool beside its Flower runs: one thread, and only the CPU time the runs
+    leave idle (SCHED_IDLE on Linux, nice 19), while the process that started it keeps its own
+    priority."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from fedsched.common.compute import BACKGROUND_NICE, background_worker
+
+    before = _niceness_and_torch_threads()[:2]
+    with ProcessPoolExecutor(1, initializer=background_worker) as pool:
+        niceness, policy, threads = pool.submit(_niceness_and_torch_threads).result(timeout=120)
+    assert niceness == BACKGROUND_NICE == 19 and threads == 1
+    if sys.platform == "linux":
+        assert policy == os.SCHED_IDLE
+    assert _niceness_and_torch_threads()[:2] == before
+
+
+def _niceness_and_torch_threads() -> tuple[int, int, int]:
+    import torch
+
+    return os.nice(0), os.sched_getscheduler(0), torch.get_num_threads()
 
 
 PARENT = """

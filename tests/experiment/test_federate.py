@@ -82,10 +82,12 @@ TINY = dict(local_decisions=40, scarce_decisions=20, local_epochs=2, eval_seeds=
 #: The main job's settings: one FedAvg run (online mode) of the five members, two rounds, the late
 #: member (partition 4) joining at round 2. ``etas`` is no run-config value: the job's run is the
 #: run ``FederateConfig(clusters=5, rounds=2, late_round=2, strategies=("fedavg",), **TINY)`` starts.
-#: Local-only and the first replays run beside the Flower run, as in the quick job (the reuse test
+#: Local-only and the first replays run beside the Flower run, as by default (the reuse test
 #: evaluates the same models again without that: both orders give the same figures).
-#: It starts from the random model: from the shipped one these small members' honest updates can
-#: fall below the hub's direction floor (a cosine of -0.4 in one run), which the rounds test forbids.
+#: It starts from the random model: from the shipped one these small members' honest updates fell
+#: below the hub's direction floor (a cosine of -0.4 in one run, when members uploaded their offset
+#: from the global; not retried since they upload their round's learning), which the rounds test
+#: forbids.
 MAIN_JOB = FederateConfig(clusters=5, rounds=2, late_round=2, strategies=("fedavg",), etas=(0.0, 0.2, 1.0),
                           beside_flower=True, init="random", **TINY)
 
