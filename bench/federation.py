@@ -32,9 +32,11 @@ Reported per run:
 1. **Decisions changed**: a fixed probe set of decision points, collected once by kube-default
    in each member's replay twin of its *validation* pods (features from the env, 20% warm-up
    skipped, only decisions between at least two distinct candidates), and for the run's final
-   global model the share of probes whose argmax node differs from the random start's and from
-   the clean run's, with ``||W_final - W_init||``. Clean training must move these well above 0
-   and above the clean-repeat floor, or nothing below means anything.
+   global model the share of probes whose pick differs from the random start's and from the
+   clean run's, with ``||W_final - W_init||``. A pick is the node a model scores highest as
+   served: its logits plus the run config's ``kube-weight`` times kube-default's score / 100.
+   Clean training must move these well above 0 and above the clean-repeat floor, or nothing
+   below means anything.
 2. **Quality**: the hub's final central trouble score (``rounds.json``: held-out clusters, mean
    and 95% CI over them; the random start's is computed here, as the hub never scores round 0),
    and each member's test-pod replays of the final global model
@@ -264,14 +266,18 @@ def hub_kill(out: Path, cfg: FederateConfig, name: str = "hub-kill") -> dict[str
 
 
 # ---- probe decisions ------------------------------------------------------------------------------
-def collect_probes(args: tuple[int, str, int, int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
-    """Up to ``n`` decision points (node features, pod, context, kube-default's pick) of the
-    member's validation pods scheduled by kube-default in its replay twin."""
+Probe = tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]
+
+
+def collect_probes(args: tuple[int, str, int, int]) -> list[Probe]:
+    """Up to ``n`` decision points (node features, pod, context, kube-default's pick and its
+    scores of the candidates) of the member's validation pods scheduled by kube-default in its
+    replay twin."""
     from fedsched.agent.learning.env import EnvConfig, SchedulingEnv
     from fedsched.common.federation.members import reference_typical
     from fedsched.common.model.traces import fits_somewhere
     from fedsched.common.schedulers.base import Placement
-    from fedsched.common.schedulers.kube_default import KubeDefault
+    from fedsched.common.schedulers.kube_default import KubeDefault, kube_default_scores
 
     member_id, size, n, seed = args
     member = member_cluster(member_id, size=size)
@@ -285,10 +291,11 @@ def collect_probes(args: tuple[int, str, int, int]) -> list[tuple[np.ndarray, np
     warmup, step, found = int(0.2 * len(pods)), 0, []
     while True:
         pod, state, cand, feats = env.decision
-        pick = int(np.argmax(np.asarray(kube.score(state, pod, cand), dtype=np.float64)))
+        kube_scores = np.asarray(kube_default_scores(state, pod, np.asarray(cand)), dtype=np.float64)
+        pick = int(np.argmax(kube_scores))
         if step >= warmup and len(cand) >= 2 and len(np.unique(feats.nodes, axis=0)) >= 2:
             found.append((np.array(feats.nodes, np.float32), np.array(feats.pod, np.float32),
-                          np.array(feats.context, np.float32), pick))
+                          np.array(feats.context, np.float32), pick, kube_scores))
         node = int(cand[pick])
         _, _, term, trunc, _ = env.step_placement(Placement(node, kube.select_gpus(state, pod, node)))
         step += 1
@@ -298,12 +305,16 @@ def collect_probes(args: tuple[int, str, int, int]) -> list[tuple[np.ndarray, np
     return [found[i] for i in sorted(keep)]
 
 
-def choices(weights: Weights, probes: list) -> np.ndarray:
-    """The argmax node of every probe decision under ``weights``."""
+def choices(weights: Weights, probes: list[Probe], kube_weight: float) -> np.ndarray:
+    """The node ``weights`` picks at every probe decision, scored as the members' models are
+    served: the logits plus ``kube_weight`` times kube-default's score / 100 (the sum
+    :class:`fedsched.common.learning.scorers.PolicyScheduler` takes)."""
     from fedsched.common.federation.scoring import policy_of
 
     policy = policy_of(weights)
-    return np.array([int(np.argmax(policy.score_numpy(nodes, pod, ctx))) for nodes, pod, ctx, _ in probes])
+    return np.array([int(np.argmax(policy.score_numpy(nodes, pod, ctx).astype(np.float64)
+                                   + kube_weight / 100.0 * kube_scores))
+                     for nodes, pod, ctx, _, kube_scores in probes])
 
 
 def distance(a: Weights, b: Weights) -> float:
@@ -477,7 +488,7 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
     hist = {name: history(out / name) for name in runs}
     t0 = time.time()
     log("random start: central evaluation")
-    with online_central_evaluator(size=cfg.member_size) as evaluator:
+    with online_central_evaluator(size=cfg.member_size, kube_weight=cfg.kube_weight) as evaluator:
         init_central = evaluator(init)
     members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
     policies: dict[str, Any] = {"random start": init, **finals}
@@ -490,7 +501,7 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
             log(f"test replays of {m.name}: {len(policies) + 1} policies x {cfg.eval_seeds} seeds")
             evals[m.name] = evaluate_member(i, cfg, policies, pool, m.nodes.total_gpu_milli > 0)
     result["evaluation_wall_s"] = round(time.time() - t0, 1)
-    picks = {name: choices(w, probes) for name, w in policies.items()}
+    picks = {name: choices(w, probes, cfg.kube_weight) for name, w in policies.items()}
     kube = np.array([p[3] for p in probes])
     result["probes"] = {"n": len(probes), "mean_candidates": float(np.mean([len(p[0]) for p in probes])),
                         "random_start_agrees_with_kube_default":
