@@ -52,9 +52,10 @@ class FederateConfig:
     # Run local-only and the replays that need no federated model in the worker pool beside the
     # Flower runs instead of after them, at the lowest CPU priority (SCHED_IDLE; Ray's actors at
     # nice 0): they take what the runs leave idle (the runtime's start-up, a round's last member).
-    # They still slow the runs (cache, memory; fedavg 220 s against 154 s) but fill more than
-    # that: the default job 594 s against 617 s after them, the same report, one run each on a
-    # 2-core AMD EPYC. At normal priority it was the other way round (1,430 s against 1,305 s).
+    # They still slow the runs (fedavg 220 s against 154 s; probably the shared cache and memory,
+    # which no CPU priority covers) but fill more than that: the default job 594 s against
+    # 617 s after them, the same report, one run each on a 2-core AMD EPYC. At normal priority it
+    # was the other way round (1,430 s against 1,305 s).
     beside_flower: bool = True
 
     @classmethod
