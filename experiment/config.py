@@ -66,8 +66,11 @@ class FederateConfig:
                    eval_seeds=2, etas=(0.0, 0.2, 1.0), strategies=("fedavg",))
 
     def run_config(self, strategy: str, run_dir: Path) -> dict[str, Value]:
-        """The run-config values this job sets for one run of ``strategy`` into ``run_dir``."""
+        """The run-config values this job sets for one run of ``strategy`` into ``run_dir``. Only
+        the first strategy's members report validation scores: the report reads that run's
+        (the per-round plot, the late member's rounds to local-only's quality) and no other's."""
         return {"num-server-rounds": self.rounds, "strategy": strategy, "proximal-mu": self.proximal_mu,
+                "validate": int(strategy == self.strategies[0]),
                 "min-nodes": self.clusters, "member-size": self.member_size, "eta": self.eta,
                 "mode": "online",
                 "local-decisions": self.local_decisions, "scarce-decisions": self.scarce_decisions,

@@ -161,18 +161,20 @@ class ReplayCreditLearner(Learner):
     kube_weight: float = 0.0
     """kube-default's score / 100 times this beside the logits where the member's own policy
     schedules (the behaviour policy's ``current`` and validation)"""
+    validate: bool = True
+    """report the personalised model's validation score after each round (False: NaN, no replay)"""
 
     @classmethod
     def from_config(cls, member: Member, cfg: MemberRunConfig) -> ReplayCreditLearner:
         """The member's settings: ``scarce_decisions`` for a data-scarce member, else
-        ``local_decisions``; ``local_epochs``, ``local_learning_rate``, ``kube_weight``; a late
+        ``local_decisions``; ``local_epochs``, ``local_learning_rate``, ``kube_weight``, ``validate``; a late
         member joins at ``late_round``."""
         spec = member.spec
         return cls(member, decisions=cfg.scarce_decisions if spec is not None and spec.scarce
                    else cfg.local_decisions,
                    epochs=cfg.local_epochs, learning_rate=cfg.local_learning_rate,
                    joins_at=max(cfg.late_round, 1) if spec is not None and spec.late else 1,
-                   kube_weight=cfg.kube_weight)
+                   kube_weight=cfg.kube_weight, validate=_validate(cfg.validate))
 
     def collect(self, weights: Weights, seed: int) -> list[Credited]:
         """``decisions`` credited decisions of the member's replay twin under the exploring
@@ -194,7 +196,16 @@ class ReplayCreditLearner(Learner):
         return Learned(new, len(data), float(np.mean([c.credit for c in data])))
 
     def after_round(self, personalised: Weights, state: MemberState, info: RoundInfo) -> float:
+        if not self.validate:
+            return math.nan
         return validation_score(self.member, personalised, state.dir, self.kube_weight)
+
+
+def _validate(value: int) -> bool:
+    """Run config ``validate``: 1 or 0, anything else refused."""
+    if value not in (0, 1):
+        raise ValueError(f"run config validate must be 1 or 0, got {value!r}")
+    return bool(value)
 
 
 # ---- packing mode: PPO ------------------------------------------------------------------------------

@@ -91,6 +91,9 @@ class MemberRunConfig:
     """online: kube-default's score / 100 times this beside the model's logits wherever a member's
     model schedules (its own collection and validation, the experiment's evaluation, the hub's
     central evaluation, the checkpoint a deployed member serves); 0: the logits alone"""
+    validate: int
+    """online: 1 reports the personalised model's validation score every round (the member's own
+    validation pods, one replay); 0 reports none (NaN), for runs whose scores nobody reads"""
     local_steps: int
     """packing: PPO decisions per member per round"""
     ppo_rollout_steps: int

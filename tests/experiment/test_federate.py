@@ -49,6 +49,15 @@ def test_the_main_jobs_defaults_are_the_run_configs():
     assert cfg.kube_weight == table["kube-weight"]
 
 
+def test_only_the_first_strategys_members_validate(tmp_path):
+    """The report reads the validation scores of the first strategy's run alone (the plot, the late
+    member's rounds to local-only's quality): the other runs skip those replays; local-only,
+    which trains with the first run's member settings, validates."""
+    cfg = FederateConfig()
+    assert [cfg.run_config(s, tmp_path)["validate"] for s in cfg.strategies] == [1, 0]
+    assert cfg.member_config(tmp_path).validate == 1
+
+
 def test_the_main_jobs_run_config_argument_parses_back_as_flwr_run_reads_it(tmp_path):
     cfg = FederateConfig.quick()
     values = {**cfg.run_config("fedprox", tmp_path / "a dir"), "codec": "fp32", "fail-rate": 0.3,

@@ -87,3 +87,33 @@ def test_a_sparse_upload_sends_everything_learned_since_the_last_one(tmp_path):
     third = member_round(StepLearner(steps[0]), state, glob, cfg, RoundInfo(server_round=3, seed=0))
     assert not third.upload  # the accumulated change was reset by the upload
     assert all(np.allclose(v, steps[0][k], atol=1e-5) for k, v in state.load("pending").items())
+
+
+@pytest.mark.parametrize(("validate", "reported"), [(1, True), (0, False)])
+def test_a_member_validates_only_where_the_run_config_asks(tmp_path, validate, reported):
+    """``validate = 0`` (a run whose validation scores nobody reads): the round reports NaN and
+    replays no validation pods, not even kube-default's reference; its learning is the same."""
+    from fedsched.agent.federation.learners import ReplayCreditLearner
+    from fedsched.common.federation.members import member_cluster
+    from fedsched.common.federation.weights import weights_of
+    from fedsched.common.learning.nets import NodeScoringPolicy
+
+    member = member_cluster(2, size="small")
+    cfg = MemberRunConfig.from_run_config({"validate": validate, "local-decisions": 30,
+                                           "scarce-decisions": 30, "local-epochs": 1})
+    learner = ReplayCreditLearner.from_config(member, cfg)
+    state = MemberState(tmp_path / member.name)
+    r = member_round(learner, state, weights_of(NodeScoringPolicy()), cfg, RoundInfo(server_round=1, seed=3))
+    assert r.upload and r.examples == 30
+    assert np.isfinite(r.val_score) == reported
+    assert (state.dir / "kube-validation.json").exists() == reported
+
+
+@pytest.mark.parametrize("bad", [2, -1])
+def test_a_bad_validate_value_is_refused(bad):
+    from fedsched.agent.federation.learners import ReplayCreditLearner
+    from fedsched.common.federation.members import member_cluster
+
+    cfg = MemberRunConfig.from_run_config({"validate": bad})
+    with pytest.raises(ValueError, match="validate must be 1 or 0"):
+        ReplayCreditLearner.from_config(member_cluster(2, size="small"), cfg)
