@@ -34,6 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None,
                    help=f"seed of the random starting model (--init random) (default: run config "
                         f"seed = {defaults['seed']})")
+    p.add_argument("--training-seed", type=int, default=None,
+                   help="seeds the members' rounds (replay windows, exploration, fits), federated and "
+                        "alone: another value is another training run of the same configuration; pool "
+                        "the reports of several with bench/federation_training_runs.py (default: run "
+                        f"config training-seed = {defaults['training-seed']})")
     p.add_argument("--init", choices=("random", "shipped"), default=None,
                    help="the model every member, federated or alone, starts from: the shipped online "
                         "policy (what a fleet starts from: the gain of federated fine-tuning over "
@@ -82,6 +87,12 @@ def run(args: argparse.Namespace) -> int:
         if not 0 <= args.seed < 2**63:  # torch's seed range (numpy's seeds are non-negative)
             raise ValueError(f"--seed must be in [0, 2**63), got {args.seed}")
         cfg.seed = args.seed
+    if args.training_seed is not None:
+        from fedsched.agent.federation.round import MAX_TRAINING_SEED
+
+        if not 1 <= args.training_seed <= MAX_TRAINING_SEED:
+            raise ValueError(f"--training-seed must be in [1, {MAX_TRAINING_SEED}], got {args.training_seed}")
+        cfg.training_seed = args.training_seed
     if args.init is not None:
         cfg.init = args.init
     if args.member_size is not None:

@@ -65,7 +65,8 @@ def local_only(member_id: int, cfg: FederateConfig, init: dict[str, np.ndarray],
         shutil.rmtree(state.dir)
     scores = []
     for rnd in range(1, cfg.rounds + 1):
-        r = member_round(learner, state, init, alone, RoundInfo.for_member(rnd, member_id))
+        info = RoundInfo.for_member(rnd, member_id, training_seed=alone.training_seed)
+        r = member_round(learner, state, init, alone, info)
         scores.append(r.val_score)
     weights = state.load("local")
     assert weights is not None

@@ -43,6 +43,9 @@ class FederateConfig:
     # policy, as a fleet starts ("random": a seeded random model, to measure learning from nothing).
     init: str = str(HUB["init"])
     seed: int = int(HUB["seed"])  # seed of a random starting model
+    # seeds the members' rounds, federated and alone: another value is another training run of the
+    # same configuration (its verdicts hold the training's variation only when pooled over several)
+    training_seed: int = MEMBER.training_seed
     eval_seeds: int = 5  # replay seeds of the per-member evaluation (not a run-config setting)
     # the personalisation sweep of the evaluation (eta 0 is the global model, always in; so is the
     # run's eta). Each eta is another learned policy to replay on every member's test pods.
@@ -77,7 +80,8 @@ class FederateConfig:
                 "late-round": self.late_round, "local-epochs": self.local_epochs,
                 "local-learning-rate": self.local_learning_rate, "kube-weight": self.kube_weight,
                 "init": self.init,
-                "seed": self.seed, "out-dir": str(run_dir / "hub"), "state-dir": str(run_dir / "state")}
+                "seed": self.seed, "training-seed": self.training_seed,
+                "out-dir": str(run_dir / "hub"), "state-dir": str(run_dir / "state")}
 
     def member_config(self, run_dir: Path) -> MemberRunConfig:
         """The settings every member of a run of this job into ``run_dir`` reads (the first

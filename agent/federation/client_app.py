@@ -69,7 +69,7 @@ def train(msg: Message, context: Context) -> Message:
     global_w = {k: v.numpy() for k, v in msg.content["arrays"].items()}
     config = msg.content["config"]
     info = RoundInfo.for_member(int(config["server-round"]), partition_id(context.node_config),
-                                mu=float(config.get("proximal-mu", 0.0)))
+                                mu=float(config.get("proximal-mu", 0.0)), training_seed=cfg.training_seed)
 
     # One local round: learning from the member's own rewards (its replay twin, or its decision log).
     result = member_round(learner, state, global_w, cfg, info)

@@ -61,6 +61,10 @@ Weights = dict[str, np.ndarray]
 Config = Mapping[str, Value]
 
 _CASTS = {"int": int, "float": float, "str": str}
+# A run's training seed offsets every member's round seed by this much, far past any round's
+# 1000 * round + partition, and the largest stays a valid numpy seed (< 2**32).
+TRAINING_SEED_STRIDE = 1_000_000
+MAX_TRAINING_SEED = 4000
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,9 @@ class MemberRunConfig:
     """online: kube-default's score / 100 times this beside the model's logits wherever a member's
     model schedules (its own collection and validation, the experiment's evaluation, the hub's
     central evaluation, the checkpoint a deployed member serves); 0: the logits alone"""
+    training_seed: int
+    """seeds the member's rounds (:meth:`RoundInfo.for_member`): another value is another training
+    run of the same configuration, in [1, :data:`MAX_TRAINING_SEED`]"""
     validate: int
     """online: 1 reports the personalised model's validation score every round (the member's own
     validation pods, one replay); 0 reports none (NaN), for runs whose scores nobody reads"""
@@ -196,9 +203,15 @@ class RoundInfo:
     """FedProx: weight of ``mu / 2 * ||w - W_global||^2`` in the local objective (0: FedAvg's plain fit)"""
 
     @classmethod
-    def for_member(cls, server_round: int, partition: int, mu: float = 0.0) -> RoundInfo:
-        """A member's round: seeded by the round and the member's partition."""
-        return cls(server_round, 1000 * server_round + partition, mu)
+    def for_member(cls, server_round: int, partition: int, mu: float = 0.0,
+                   training_seed: int = 1) -> RoundInfo:
+        """A member's round: seeded by the round, the member's partition and the run's training
+        seed (seed 1 gives the seeds every run had before there was one)."""
+        if not 1 <= training_seed <= MAX_TRAINING_SEED:
+            raise ValueError(f"run config training-seed must be in [1, {MAX_TRAINING_SEED}], "
+                             f"got {training_seed}")
+        offset = TRAINING_SEED_STRIDE * (training_seed - 1)
+        return cls(server_round, 1000 * server_round + partition + offset, mu)
 
 
 @dataclass

@@ -18,6 +18,10 @@ from fedsched.cli.main import main
     (["--kube-weight", "-1"], "--kube-weight must be in [0, 1e+06]"),
     (["--kube-weight", "nan"], "--kube-weight must be in [0, 1e+06]"),
     (["--kube-weight", "1e7"], "--kube-weight must be in [0, 1e+06]"),
+    (["--training-seed", "0"], "--training-seed must be in [1, 4000], got 0"),
+    (["--training-seed", "-1"], "--training-seed must be in [1, 4000]"),
+    (["--training-seed", "4001"], "--training-seed must be in [1, 4000]"),
+    (["--training-seed", str(2**40)], "--training-seed must be in [1, 4000]"),
 ])
 def test_a_bad_value_is_one_clear_error_and_nothing_runs(tmp_path, capsys, args, message) -> None:
     out = tmp_path / "out"
@@ -68,3 +72,18 @@ def test_an_unknown_start_is_refused_by_the_parser(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["federate", "--out", str(tmp_path / "out"), "--init", "pretrained"])
     assert exc.value.code == 2 and "invalid choice: 'pretrained'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "seed"), [([], 1), (["--training-seed", "3"], 3),
+                                            (["--quick", "--training-seed", "4000"], 4000)])
+def test_the_training_seed_reaches_the_job(tmp_path, monkeypatch, args, seed) -> None:
+    import fedsched.experiment.federate as job
+    import fedsched.experiment.report_text as report_text
+
+    seen = {}
+    monkeypatch.setattr(job, "federate", lambda out, cfg, *a, **k: seen.setdefault("cfg", cfg) and {})
+    monkeypatch.setattr(report_text, "format_report", lambda report: "")
+    assert main(["federate", "--out", str(tmp_path / "out"), *args]) == 0
+    assert seen["cfg"].training_seed == seed
+    assert seen["cfg"].run_config("fedavg", tmp_path)["training-seed"] == seed
+

@@ -47,6 +47,7 @@ def test_the_main_jobs_defaults_are_the_run_configs():
         table["seed"], table["min-nodes"])
     assert cfg.init == table["init"] == "shipped"  # the experiment starts where a fleet does
     assert cfg.kube_weight == table["kube-weight"]
+    assert cfg.training_seed == table["training-seed"] == 1  # 1: the seeds of the results of record
 
 
 def test_only_the_first_strategys_members_validate(tmp_path):
@@ -321,3 +322,25 @@ def test_a_stopped_main_job_leaves_no_flower_runtime_running(tmp_path, repeats):
             job.kill()
     assert job.returncode == 130 and "interrupted" in err and "Traceback" not in err
     assert session_members(sessions) == set()
+
+
+def test_local_only_trains_with_the_jobs_training_seed(tmp_path):
+    """The local-only baseline is seeded like the federated members of the same job: another
+    training seed is another local-only training, the same one repeats."""
+    import dataclasses
+
+    import numpy as np
+
+    from fedsched.coordinator.server_app import initial_weights
+    from fedsched.experiment.baselines import local_only
+
+    quick = dataclasses.replace(FederateConfig.quick(), rounds=1, local_decisions=30, scarce_decisions=30,
+                                local_epochs=1)
+    init = initial_weights("random", 1, "online")
+
+    def trained(ts: int, name: str):
+        return local_only(2, dataclasses.replace(quick, training_seed=ts), init, tmp_path / name)[0]
+
+    one, again, two = trained(1, "a"), trained(1, "b"), trained(2, "c")
+    assert all(np.array_equal(one[k], again[k]) for k in one)
+    assert any(not np.allclose(one[k], two[k]) for k in one)
