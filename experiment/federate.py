@@ -215,6 +215,8 @@ def run_flower(app_dir: Path, out: Path, strategy: str, cfg: FederateConfig,
     """One ``flwr run`` of the federation into ``out/name`` (default: the strategy's name);
     ``extra`` adds run-config values; ``fresh=False`` keeps an earlier run's hub checkpoint
     (the hub then resumes from it)."""
+    # flwr runs in the app directory: every path it is given must not depend on the job's own
+    out = out.absolute()
     home = out / "flwr-home"
     home.mkdir(parents=True, exist_ok=True)
     run_dir = out / (name or strategy)
@@ -304,7 +306,8 @@ def training_key(out: Path, cfg: FederateConfig, extra: dict[str, Value] | None)
     """Everything the job's training depends on (the members, every strategy's run config, which
     names its directories, and the extra run-config values; not the evaluation's settings) and
     what it left: the SHA-256 of each strategy's final global model (a hub resumed since is
-    another training)."""
+    another training). The directories are absolute: ``out`` spelled relatively or not is one training."""
+    out = out.absolute()
     digests = {}
     for s in cfg.strategies:
         path = out / s / "hub" / "global.npz"
@@ -332,6 +335,7 @@ def federate(out: Path, cfg: FederateConfig, app_dir: Path,
     same training settings (:func:`training_key`; the runs are deterministic, so a rerun would
     train the same models), evaluate its models again (e.g. with more ``eval_seeds``) instead of
     training them again; otherwise train as without it."""
+    out = out.absolute()  # one spelling of the directory: the training key and flwr (in the app directory)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     reused = reuse and reusable(out, cfg, extra)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tomllib
 from pathlib import Path
 
@@ -115,8 +116,16 @@ def main_job(tmp_path_factory: pytest.TempPathFactory) -> MainJob:
     """The main job end to end, tiny, once for this module: its FedAvg run (``flwr run``, two
     rounds) is the run the resume test checks and then resumes (one ``flwr run`` of two rounds
     fewer than two separate runs)."""
-    out = tmp_path_factory.mktemp("main-job") / "out"
-    report = federate(out, MAIN_JOB, REPO, progress=lambda m: None)
+    base = tmp_path_factory.mktemp("main-job")
+    out = base / "out"
+    # As a user runs it: --out relative to the working directory, the app directory elsewhere
+    # (flwr runs in the app directory: the hub once wrote its rounds there, and the job failed)
+    cwd = os.getcwd()
+    os.chdir(base)
+    try:
+        report = federate(Path("out"), MAIN_JOB, REPO, progress=lambda m: None)
+    finally:
+        os.chdir(cwd)
     stopped_after = stop_local_superlink(out / "flwr-home")  # read now: the resume starts another
     return MainJob(out, report, json.loads((out / "fedavg" / "hub" / "rounds.json").read_text()),
                    stopped_after)
