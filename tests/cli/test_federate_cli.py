@@ -55,9 +55,14 @@ def test_the_start_flag_reaches_the_job(tmp_path, monkeypatch, args, init) -> No
     assert seen["cfg"].init == init
 
 
-@pytest.mark.parametrize(("args", "weight"), [([], 2.0), (["--kube-weight", "0"], 0.0),
-                                              (["--quick", "--kube-weight", "3.5"], 3.5)])
-def test_the_kube_weight_reaches_the_job(tmp_path, monkeypatch, args, weight) -> None:
+@pytest.mark.parametrize(("args", "field", "key", "value"), [
+    ([], "kube_weight", "kube-weight", 2.0), (["--kube-weight", "0"], "kube_weight", "kube-weight", 0.0),
+    (["--quick", "--kube-weight", "3.5"], "kube_weight", "kube-weight", 3.5),
+    ([], "training_seed", "training-seed", 1),
+    (["--training-seed", "3"], "training_seed", "training-seed", 3),
+    (["--quick", "--training-seed", "4000"], "training_seed", "training-seed", 4000),
+])
+def test_a_setting_reaches_the_job_and_its_run_config(tmp_path, monkeypatch, args, field, key, value) -> None:
     import fedsched.experiment.federate as job
     import fedsched.experiment.report_text as report_text
 
@@ -65,25 +70,12 @@ def test_the_kube_weight_reaches_the_job(tmp_path, monkeypatch, args, weight) ->
     monkeypatch.setattr(job, "federate", lambda out, cfg, *a, **k: seen.setdefault("cfg", cfg) and {})
     monkeypatch.setattr(report_text, "format_report", lambda report: "")
     assert main(["federate", "--out", str(tmp_path / "out"), *args]) == 0
-    assert seen["cfg"].kube_weight == weight
+    assert getattr(seen["cfg"], field) == value
+    assert seen["cfg"].run_config("fedavg", tmp_path)[key] == value
 
 
 def test_an_unknown_start_is_refused_by_the_parser(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["federate", "--out", str(tmp_path / "out"), "--init", "pretrained"])
     assert exc.value.code == 2 and "invalid choice: 'pretrained'" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(("args", "seed"), [([], 1), (["--training-seed", "3"], 3),
-                                            (["--quick", "--training-seed", "4000"], 4000)])
-def test_the_training_seed_reaches_the_job(tmp_path, monkeypatch, args, seed) -> None:
-    import fedsched.experiment.federate as job
-    import fedsched.experiment.report_text as report_text
-
-    seen = {}
-    monkeypatch.setattr(job, "federate", lambda out, cfg, *a, **k: seen.setdefault("cfg", cfg) and {})
-    monkeypatch.setattr(report_text, "format_report", lambda report: "")
-    assert main(["federate", "--out", str(tmp_path / "out"), *args]) == 0
-    assert seen["cfg"].training_seed == seed
-    assert seen["cfg"].run_config("fedavg", tmp_path)["training-seed"] == seed
 

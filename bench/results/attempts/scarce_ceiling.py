@@ -11,6 +11,8 @@ For each scarce member (edge-2, gpu-cpuheavy-3) it compares, on the scarce membe
   - the FedAvg global and personalised eta=0.2 of the main job (runs/fed_val),
   - the shipped start.
 Paired differences against the scarce local-only. Writes runs/prof/scarce_ceiling.json.
+
+    PYTHONPATH=bench/results/attempts python bench/results/attempts/scarce_ceiling.py
 """
 import json
 import sys
@@ -18,20 +20,17 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from local_learning_curve import val
 
 from fedsched.agent.federation.round import MemberState
-from fedsched.agent.federation.validation import replay_metrics
 from fedsched.common.compute import single_threaded_worker
 from fedsched.common.federation.codec import personalised_mix
 from fedsched.common.federation.members import member_cluster
-from fedsched.common.federation.scoring import member_scheduler
 from fedsched.common.federation.weights import load_npz
 from fedsched.common.model.metrics import trouble_score
-from fedsched.common.schedulers import SchedulerContext
-from fedsched.common.sim.evaluate import make_policy
 from fedsched.common.sim.paired import paired_difference
 from fedsched.coordinator.server_app import initial_weights
-from fedsched.experiment.baselines import _member, local_only
+from fedsched.experiment.baselines import local_only
 from fedsched.experiment.config import FederateConfig
 
 SEEDS = list(range(1000, 1030))
@@ -39,17 +38,6 @@ RUN = Path("runs/fed_val")
 OUT = Path("runs/scarce_ceiling")
 SCARCE = (2, 3)
 RICH = (0, 1, 4)
-
-
-def _val(args):
-    member_id, spec, seed = args
-    member = _member(member_id, "full")
-    if isinstance(spec, str):
-        sched = make_policy(spec, SchedulerContext(train_pods=member.train, rng=np.random.default_rng(seed)),
-                            "replay")
-    else:
-        sched = member_scheduler(spec, 2.0)
-    return replay_metrics(member, sched, member.val, seed=seed)
 
 
 def _twin(member_id):
@@ -75,7 +63,7 @@ if __name__ == "__main__":
                       "personalised": personalised_mix(fed_local, glob, 0.2), **rich}
             for p, spec in models.items():
                 for sd in SEEDS:
-                    jobs[(i, p, sd)] = pool.submit(_val, (i, spec, sd))
+                    jobs[(i, p, sd)] = pool.submit(val, (i, spec, sd))
         result = {}
         for i in SCARCE:
             kube = [jobs[(i, "kube", sd)].result() for sd in SEEDS]
