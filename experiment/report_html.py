@@ -65,7 +65,8 @@ def render(report: dict[str, Any], plot: Path | None) -> str:
         "<p>The personalised model of the first strategy's run against local-only and kube-default, "
         "seed by seed (difference ± 95% CI; better/worse only when the interval excludes 0). The intervals "
         "are over the evaluation seeds of one training run per model: they do not hold the training's own "
-        "variation, and a training run rounded otherwise (another CPU) can change a verdict.</p>",
+        "variation, and another training (<code>--training-seed</code>, or only another CPU's rounding) can "
+        "change a verdict: <code>bench/federation_training_runs.py</code> pools several.</p>",
         _table(*_verdict_rows(report), "verdicts"),
     ]
     if report.get("fleet"):

@@ -48,8 +48,8 @@ def format_report(report: dict[str, Any]) -> str:
                 zip(r, widths, strict=True))))
     lines.append("\nverdicts (personalised vs local-only and kube-default, seed-by-seed differences):")
     lines.append("  (over the evaluation seeds of one training run per model: the intervals do not hold the "
-                 "training's own variation; a training run rounded otherwise, on another CPU, can change a "
-                 "verdict)")
+                 "training's own variation; another training (--training-seed, or only another CPU's "
+                 "rounding) can change a verdict: bench/federation_training_runs.py pools several)")
     for name, v in report["verdicts"].items():
         parts = [f"{k}: {d['verdict']} ({d['mean']:+.3g} ± {d['ci95']:.2g})" for k, d in v.items()
                  if isinstance(d, dict) and "verdict" in d]

@@ -35,6 +35,7 @@ def test_the_console_report_says_what_its_verdicts_cover() -> None:
     assert "goals: beats local-only by 0.1 (scarce member): MISSED" in text
     # one training run per model: the intervals are the evaluation seeds' spread only
     assert "evaluation seeds of one training run" in text and "can change a verdict" in text
+    assert "--training-seed" in text and "federation_training_runs.py pools several" in text
     assert "int8 250 vs fp32 1,000 (0.250x); received 355 vs fp32 1,000 (0.355x)" in text
     assert text.endswith("wall time 608 s (evaluation 175 s)")
 
