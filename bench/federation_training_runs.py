@@ -36,15 +36,21 @@ RUN_ONLY = {"training_seed", "workers", "beside_flower", "reused_training"}
 def comparisons(report: dict[str, Any]) -> dict[tuple[str, str], list[float]]:
     """``{(member or "across the members", comparison): per-seed differences}`` for every
     trouble-score comparison of a main-job report that carries its per-seed values."""
-    out: dict[tuple[str, str], list[float]] = {}
+    found: dict[tuple[str, str], Any] = {}
     for name, verdicts in report.get("verdicts", {}).items():
-        for key, d in verdicts.items():
+        for key, d in (verdicts.items() if isinstance(verdicts, dict) else ()):
             if isinstance(d, dict) and "values" in d and (key.startswith("trouble_score")
                                                           or key == "local-only against its start"):
-                out[(name, key.removeprefix("trouble_score "))] = [float(x) for x in d["values"]]
+                found[(name, key.removeprefix("trouble_score "))] = d["values"]
     for key, d in report.get("fleet", {}).items():
         if isinstance(d, dict) and "values" in d and key.startswith("trouble_score"):
-            out[("across the members", key.removeprefix("trouble_score "))] = [float(x) for x in d["values"]]
+            found[("across the members", key.removeprefix("trouble_score "))] = d["values"]
+    out = {}
+    for (member, comparison), values in found.items():
+        try:
+            out[(member, comparison)] = [float(x) for x in values]
+        except (TypeError, ValueError):
+            raise ValueError(f"{member}: {comparison}: per-seed values must be numbers") from None
     return out
 
 
@@ -100,6 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("need the reports of at least 2 training runs")
     try:
         reports = {str(p): json.loads(p.read_text()) for p in args.reports}
+        for path, report in reports.items():
+            if not isinstance(report, dict) or not all(
+                    isinstance(report.get(k, {}), dict) for k in ("config", "verdicts", "fleet")):
+                raise ValueError(f"{path}: not a main-job report (a JSON object of config, verdicts, fleet)")
         check_same_configuration(reports)
         tables = [comparisons(r) for r in reports.values()]
         keys = [k for k in tables[0] if all(k in t for t in tables)]

@@ -86,6 +86,13 @@ def test_the_pooled_verdicts_of_three_runs(tmp_path, capsys):
     ([_report(1, 0.0), _report(2, 0.0, eval_seeds=30)], "they differ in eval_seeds"),
     ([_report(2, 0.0), _report(2, 0.1)], "share a training seed"),
     ([{"config": {"training_seed": 1}}, {"config": {"training_seed": 2}}], "no trouble-score comparison"),
+    ([[1, 2], _report(2, 0.0)], "not a main-job report"),
+    ([_report(1, 0.0), {"config": "x"}], "not a main-job report"),
+    ([_report(1, 0.0), {**_report(2, 0.0), "verdicts": [1]}], "not a main-job report"),
+    ([{"config": {"training_seed": 1}, "verdicts": {"edge-2": 3}}, {"config": {"training_seed": 2}}],
+     "no trouble-score comparison in common"),
+    ([_report(1, 0.0), {**_report(2, 0.0), "fleet": {"trouble_score a": {"values": [None, {}]}}}],
+     "across the members: a: per-seed values must be numbers"),
 ])
 def test_reports_of_other_configurations_are_one_clear_error(tmp_path, capsys, reports, message):
     assert pooling.main(_write(tmp_path, reports)) == 2
