@@ -31,8 +31,9 @@ def format_report(report: dict[str, Any]) -> str:
     if "kube_weight" in cfg:
         weight = cfg["kube_weight"]
         how = (f"its logits plus {weight:g} x kube-default's score / 100" if weight else "its logits alone")
+        seed = cfg.get("training_seed", 1)
         lines.append(f"every learned model scores nodes with {how} (kube-weight); "
-                     f"start: {cfg.get('init', '?')}")
+                     f"start: {cfg.get('init', '?')}" + (f"; training seed {seed}" if seed != 1 else ""))
     for name in report["clusters"]:
         info = report["members"][name]
         tags = ", ".join(t for t, on in (("data-scarce", info["scarce"]),

@@ -48,3 +48,5 @@ def test_the_console_report_says_how_the_models_score() -> None:
                      "(kube-weight); start: random")
     report["config"]["kube_weight"] = 0.0
     assert "with its logits alone (kube-weight)" in format_report(report).splitlines()[0]
+    report["config"]["training_seed"] = 3  # another training of the configuration says which
+    assert format_report(report).splitlines()[0].endswith("start: random; training seed 3")
