@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+from federation_training_runs import comparisons
 
 from fedsched.common.sim.paired import paired_difference
 
@@ -41,19 +42,9 @@ def resolution(values: list[float], target: float) -> dict[str, float]:
 
 def rows(report: dict, target: float) -> list[tuple[str, str, dict[str, float]]]:
     """(member or "across the members", comparison, :func:`resolution`) for every trouble-score
-    comparison that carries its per-seed values."""
-    out = []
-    for name, verdicts in report.get("verdicts", {}).items():
-        for key, d in verdicts.items():
-            if isinstance(d, dict) and key.startswith("trouble_score") and "values" in d:
-                out.append((name, key.removeprefix("trouble_score "), resolution(d["values"], target)))
-            elif isinstance(d, dict) and key == "local-only against its start" and "values" in d:
-                out.append((name, key, resolution(d["values"], target)))
-    for key, d in report.get("fleet", {}).items():
-        if isinstance(d, dict) and "values" in d:
-            comparison = key.removeprefix("trouble_score ")
-            out.append(("across the members", comparison, resolution(d["values"], target)))
-    return out
+    comparison that carries its per-seed values (:func:`federation_training_runs.comparisons`)."""
+    return [(member, comparison, resolution(values, target))
+            for (member, comparison), values in comparisons(report).items()]
 
 
 def main() -> None:

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from fedsched.common.sim.paired import paired_difference, verdict
+
 # FederateConfig fields that may differ between runs of one configuration (how the job ran, not
 # what it trained)
 RUN_ONLY = {"training_seed", "workers", "beside_flower", "reused_training"}
@@ -70,15 +72,13 @@ def pooled(table: Sequence[Sequence[float]]) -> dict[str, Any]:
         df = (v_run + v_seed) ** 2 / (v_run**2 / (k - 1) + v_seed**2 / (s - 1))
         half = float(stats.t.ppf(0.975, df) * se)
     mean = float(a.mean())
-    verdict = "better" if mean + half < 0 else "worse" if mean - half > 0 else "tie"
     return {"mean": mean, "ci95": half, "df": df, "run_means": [float(x) for x in run_means],
-            "verdict": verdict}
+            "verdict": verdict(mean, half, k * s)}
 
 
-def _run_verdict(values: Sequence[float]) -> str:
-    v = np.asarray(values, dtype=np.float64)
-    half = float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
-    return "better" if v.mean() + half < 0 else "worse" if v.mean() - half > 0 else "tie"
+def run_verdict(values: Sequence[float]) -> str:
+    """One run's own verdict over its evaluation seeds, as the report computes it."""
+    return paired_difference(values, [0.0] * len(values))["verdict"]
 
 
 def check_same_configuration(reports: dict[str, dict[str, Any]]) -> None:
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'member: comparison'.ljust(width)}  {'run means':>{8 * k}}   pooled mean ± 95%"
           "    verdict  flips")
     for (member, comparison), r in rows.items():
-        flips = sum(_run_verdict(t[(member, comparison)]) != r["verdict"] for t in tables)
+        flips = sum(run_verdict(t[(member, comparison)]) != r["verdict"] for t in tables)
         runs = "".join(f"{m:+8.3f}" for m in r["run_means"])
         print(f"{f'{member}: {comparison}'.ljust(width)}  {runs}   {r['mean']:+.3f} ± {r['ci95']:.3f}"
               f"{'':6s}{r['verdict']:>7s}  {flips}/{k}")

@@ -33,7 +33,7 @@ def test_identical_runs_give_the_seeds_interval():
 def test_runs_that_disagree_widen_the_interval_into_a_tie():
     """Two runs alone say better, one training run 0.4 worse says worse: pooled, a tie."""
     table = [SEEDS, [x + 0.4 for x in SEEDS], [x + 0.05 for x in SEEDS]]
-    assert [pooling._run_verdict(row) for row in table] == ["better", "worse", "better"]
+    assert [pooling.run_verdict(row) for row in table] == ["better", "worse", "better"]
     r = pooling.pooled(table)
     assert r["verdict"] == "tie" and r["ci95"] > pooling.pooled([SEEDS, SEEDS])["ci95"]
     assert r["run_means"] == pytest.approx([np.mean(row) for row in table])
