@@ -4,7 +4,8 @@ kill, INT8 uploads and FedProx do to it?
 Every experiment is one run of Flower's own simulation runtime (``flwr run`` with a private
 ``FLWR_HOME``, through :func:`fedsched.experiment.federate.run_flower`) of the five non-IID
 members of :data:`fedsched.common.federation.members.MEMBERS` in online mode, all from the same
-seeded random start and the same member seeds, so two runs differ only by their condition:
+start (the seeded random model; ``--init shipped``: the shipped online policy, the main job's and a
+fleet's start) and the same member seeds, so two runs differ only by their condition:
 
 - ``clean`` (FedAvg, INT8 uploads, INT8-delta downloads: the run config's defaults) and
   ``clean-repeat`` (the same run again: the run-to-run floor of every "vs clean" figure);
@@ -69,7 +70,8 @@ Wall times are each run's own (from when it holds the machine-wide Flower lock o
 :func:`fedsched.experiment.federate.run_flower`); ``hub_s_to_last_round`` is the hub's clock.
 ``--reuse`` keeps the runs an interrupted invocation finished in ``--out`` and re-analyses.
 
-    python bench/federation.py [--quick] [--scale 50x10] [--out DIR] [--json OUT.json] [--reuse]
+    python bench/federation.py [--quick] [--init random|shipped] [--only clean,poison-flip,...]
+        [--eval-seeds N] [--scale 50x10] [--out DIR] [--json OUT.json] [--reuse]
 """
 
 from __future__ import annotations
@@ -378,6 +380,21 @@ def bytes_table(h: list[dict], members: int) -> dict[str, Any]:
 
 
 # ---- main -----------------------------------------------------------------------------------------
+def select_runs(plan: list[tuple[str, str, dict]], only: set[str]) -> list[tuple[str, str, dict]]:
+    """The runs of ``plan`` named in ``only`` (all of them when it is empty), in the plan's order.
+    ``clean`` must be among them (every comparison's reference); ``hub-kill`` may be named (it is
+    not in the plan: it runs after it). An unknown name is a ``ValueError`` that lists the runs."""
+    if not only:
+        return plan
+    names = [name for name, _, _ in plan]
+    unknown = sorted(only - set(names) - {"hub-kill"})
+    if unknown or "clean" not in only:
+        what = f"unknown run(s) {', '.join(unknown)}" if unknown else "clean is missing"
+        raise ValueError(f"--only: {what}; the runs are clean (every comparison's reference), "
+                         f"{', '.join(names[1:])} and hub-kill")
+    return [p for p in plan if p[0] in only]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="out/bench-federation")
@@ -388,6 +405,13 @@ def main() -> int:
                                                "already in --json are kept)")
     ap.add_argument("--member-size", default="full", choices=("full", "small"),
                     help="the members' clusters: full (40-100 nodes) or small (6-10-node smoke variants)")
+    ap.add_argument("--init", default="random", choices=("random", "shipped"),
+                    help="the members' start: random (the results of record; 'decisions changed' is measured "
+                         "from it) or shipped (the online policy, as the main job and a fleet start)")
+    ap.add_argument("--only", default="", help="comma-separated run names of the plan to run (e.g. "
+                                               "clean,poison-flip,flip-cosine); default: every run")
+    ap.add_argument("--eval-seeds", type=int, default=None,
+                    help="test-pod replay seeds per member and model (default: 3, --quick 2)")
     ap.add_argument("--json", dest="json_out")
     ap.add_argument("--reuse", action="store_true", help="reuse the runs a previous invocation finished in "
                                                          "--out (same settings assumed): re-analyse only")
@@ -407,9 +431,15 @@ def main() -> int:
         cfg = FederateConfig(rounds=4, local_decisions=300, scarce_decisions=60, late_round=2, local_epochs=3,
                              eval_seeds=3)
         probes_per_member = 100
-    # the random start (the main job's is the shipped policy): "decisions changed" is measured from it;
-    # every model scores with the run config's kube weight (its results of record predate it: logits alone)
-    cfg = replace(cfg, clusters=5, strategies=("fedavg",), member_size=args.member_size, init="random")
+    # the random start by default (the main job's is the shipped policy): "decisions changed" is measured
+    # from the start; every model scores with the run config's kube weight (its results of record predate
+    # it: logits alone)
+    cfg = replace(cfg, clusters=5, strategies=("fedavg",), member_size=args.member_size, init=args.init)
+    if args.eval_seeds is not None:
+        if not 1 <= args.eval_seeds <= 1000:
+            ap.error(f"--eval-seeds must be in [1, 1000], got {args.eval_seeds}")
+        cfg = replace(cfg, eval_seeds=args.eval_seeds)
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
     result: dict[str, Any] = {"provenance": {**git_commit(), "machine": machine()},
                               "config": {**asdict(cfg), "poisoned_partition": POISONED,
                                          "within_5pct_band_log": BAND,
@@ -447,12 +477,16 @@ def main() -> int:
         if "fedprox" not in skip:
             plan += [("fedprox", "fedprox", {}),
                      (f"fedprox-mu{STRONG_MU:g}", "fedprox", {"proximal-mu": STRONG_MU})]
+        try:
+            plan = select_runs(plan, only)
+        except ValueError as e:
+            ap.error(str(e))
         runs: dict[str, dict[str, Any]] = {}
         for name, strategy, extra in plan:
             runs[name] = flower(out, name, strategy, cfg, extra)
             result["runs"] = runs
             save()
-        if "robust" not in skip:
+        if "robust" not in skip and (not only or "hub-kill" in only):
             runs["hub-kill"] = hub_kill(out, cfg)
             save()
         analyse(out, cfg, runs, probes_per_member, result)
@@ -479,19 +513,25 @@ def main() -> int:
     return 0
 
 
+def start_label(cfg: FederateConfig) -> str:
+    """The start's row name, as the main job's report names it."""
+    return "shipped start" if cfg.init == "shipped" else "random start"
+
+
 def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_member: int,
             result: dict[str, Any]) -> None:
     from fedsched.coordinator.evaluation import online_central_evaluator
 
     init = initial_weights(cfg.init, cfg.seed, "online")
+    start = start_label(cfg)
     finals = {name: final_weights(out / name) for name in runs}
     hist = {name: history(out / name) for name in runs}
     t0 = time.time()
-    log("random start: central evaluation")
+    log(f"{start}: central evaluation")
     with online_central_evaluator(size=cfg.member_size, kube_weight=cfg.kube_weight) as evaluator:
         init_central = evaluator(init)
     members = [member_cluster(i, size=cfg.member_size) for i in range(cfg.clusters)]
-    policies: dict[str, Any] = {"random start": init, **finals}
+    policies: dict[str, Any] = {start: init, **finals}
     with worker_pool(cfg.workers, initializer=single_threaded_worker) as pool:
         log(f"probe decisions: up to {probes_per_member} per member")
         jobs = [(i, cfg.member_size, probes_per_member, 7) for i in range(cfg.clusters)]
@@ -504,32 +544,32 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
     picks = {name: choices(w, probes, cfg.kube_weight) for name, w in policies.items()}
     kube = np.array([p[3] for p in probes])
     result["probes"] = {"n": len(probes), "mean_candidates": float(np.mean([len(p[0]) for p in probes])),
-                        "random_start_agrees_with_kube_default":
-                            float((picks["random start"] == kube).mean())}
+                        "start_agrees_with_kube_default":
+                            float((picks[start] == kube).mean())}
     init_c = {k[len("trouble_score_"):]: float(v) for k, v in init_central.items()
               if k.startswith("trouble_score_")}
     clean_c = central(hist["clean"])
     report: dict[str, Any] = {}
-    for name in ["random start", *runs]:
+    for name in [start, *runs]:
         w = policies[name]
         row: dict[str, Any] = {
             "finite": bool(all(np.isfinite(v).all() for v in w.values())),
             "param_distance_from_init": distance(w, init),
-            "decisions_changed_vs_init": float((picks[name] != picks["random start"]).mean()),
+            "decisions_changed_vs_init": float((picks[name] != picks[start]).mean()),
             "decisions_changed_vs_clean": float((picks[name] != picks["clean"]).mean()),
             "agrees_with_kube_default": float((picks[name] == kube).mean()),
             "test_trouble": ci([x for p in evals.values() for x in p[name]["runs"]["trouble_score"]]),
             "test_trouble_members": {mn: {k: p[name]["trouble_score"][k] for k in ("mean", "ci95")}
                                      for mn, p in evals.items()},
         }
-        c = init_c if name == "random start" else central(hist[name])
+        c = init_c if name == start else central(hist[name])
         row["central_final"] = ci(list(c.values()))
         row["central_clusters"] = c
         if name != "clean":
             row["central_vs_clean"] = central_paired(c, clean_c)
             row["test_vs_clean"] = paired(evals, name, "clean")
             row["hot_node_s_ratio_vs_clean"] = hot_ratio(evals, name, "clean")
-        if name != "random start":
+        if name != start:
             h = hist[name]
             row["central_per_round"] = [e["central"]["trouble_score"] for e in h]
             row["rejected_per_round"] = [len(e["rejected"]) for e in h]
@@ -544,8 +584,8 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
             row["hub_s_to_last_round"] = h[-1]["wall_s"]  # the hub's clock (resumed: since resuming)
             row["run_config"] = runs[name]["extra"]
         report[name] = row
-    report["clean"]["test_vs_random_start"] = paired(evals, "clean", "random start")
-    report["clean"]["central_vs_random_start"] = central_paired(clean_c, init_c)
+    report["clean"]["test_vs_start"] = paired(evals, "clean", start)
+    report["clean"]["central_vs_start"] = central_paired(clean_c, init_c)
     result["report"] = report
     result["evaluation"] = evals  # per member, per policy: mean, CI and the per-seed values
     if "fp32" in runs:
@@ -632,8 +672,9 @@ def format_table(result: dict[str, Any]) -> str:
         if lowest:
             lines.append(f"  {name}: " + ", ".join(f"{pid}: {c:+.2f}" for pid, c in sorted(lowest.items())))
     c = rep["clean"]
-    lines.append(f"\nclean vs random start: test {_pm(c['test_vs_random_start'])} "
-                 f"({c['test_vs_random_start']['verdict']}), central {_pm(c['central_vs_random_start'])}; "
+    lines.append(f"\nclean vs {result['config'].get('init', 'random')} start: test "
+                 f"{_pm(c['test_vs_start'])} "
+                 f"({c['test_vs_start']['verdict']}), central {_pm(c['central_vs_start'])}; "
                  f"{c['decisions_changed_vs_init']:.1%} of probe decisions changed, |dW| "
                  f"{c['param_distance_from_init']:.2f}")
     for name, r in rep.items():
