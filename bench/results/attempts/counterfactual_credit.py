@@ -82,13 +82,19 @@ class Args:
     """collection processes"""
     seed: int = 1
     """the training clusters' seed (the shipped recipe's: 1) and the behaviours'"""
+    scale: str = "small"
+    """the clusters' sizes (``online.profile_parameters``): small (the shipped recipe's) or realistic"""
+    warmup: int = 0
+    """decisions at the start of each episode that are stepped but never credited"""
+    fit: int = 1
+    """1: fit and write the checkpoint after the collection; 0: collect only"""
 
 
-def shipped_recipe(samples: int, workers: int, seed: int) -> OnlineRecipe:
+def shipped_recipe(samples: int, workers: int, seed: int, scale: str = "small") -> OnlineRecipe:
     """``scripts/train_online_policy.sh``'s recipe (small clusters, fixed credit weights, 10
     epochs, tie weight 0.3, plain minibatches, kube weight 2), with ``samples`` records."""
     return OnlineRecipe(
-        clusters_per_profile=4, target_loads=(0.85, 0.95, 1.0), seed=seed, scale="small",
+        clusters_per_profile=4, target_loads=(0.85, 0.95, 1.0), seed=seed, scale=scale,
         credit_weights="fixed", workers=workers, kube_weight=2.0, validate=False,
         credit=CreditConfig(samples=samples, epochs=10, size_buckets=False),
         reward=RewardConfig(node_horizon_s=1800.0))
@@ -156,7 +162,7 @@ def collect_share(args: Args, worker: int, indices: list[int], quota: int) -> li
     import torch
 
     torch.set_num_threads(1)
-    recipe = shipped_recipe(0, args.workers, args.seed)
+    recipe = shipped_recipe(0, args.workers, args.seed, args.scale)
     typical = reference_typical(recipe)
     envs, _ = build_envs(recipe, typical, recipe.reward, only=indices)
     behaviours = [make_policy(b, SchedulerContext(rng=np.random.default_rng(args.seed + worker)), "replay")
@@ -167,9 +173,10 @@ def collect_share(args: Args, worker: int, indices: list[int], quota: int) -> li
     out: list[Credited] = []
     for env in envs:
         env.reset()
+    steps = [0] * len(envs)
     t0, sampled = time.perf_counter(), 0
     while sampled < quota:
-        for env in envs:
+        for k, env in enumerate(envs):
             pod, state, cand = env.pending
             if rng.random() < explore:
                 pick = int(rng.integers(len(cand)))
@@ -181,7 +188,8 @@ def collect_share(args: Args, worker: int, indices: list[int], quota: int) -> li
                 scores = np.asarray(sched.score(state, pod, cand), dtype=np.float64)
                 best = np.flatnonzero(scores == scores.max())
                 pick = int(best[rng.integers(len(best))])
-            if len(cand) >= 2 and rng.random() < args.sample_prob:
+            steps[k] += 1
+            if steps[k] > args.warmup and len(cand) >= 2 and rng.random() < args.sample_prob:
                 kd = np.asarray(kube.score(state, pod, cand), dtype=np.float64)
                 pool = [int(np.argmax(kd))] if int(np.argmax(kd)) != pick else []
                 rest = [j for j in rng.permutation(len(cand)).tolist() if j != pick and j not in pool]
@@ -200,6 +208,7 @@ def collect_share(args: Args, worker: int, indices: list[int], quota: int) -> li
                                                       observe=False)
             if term or trunc:
                 env.reset()
+                steps[k] = 0
             if sampled >= quota:
                 break
     return out
@@ -212,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = Args(**vars(ap.parse_args(argv)))
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    recipe0 = shipped_recipe(0, args.workers, args.seed)
+    recipe0 = shipped_recipe(0, args.workers, args.seed, args.scale)
     n = n_envs(recipe0)
     shares = [list(range(w, n, args.workers)) for w in range(args.workers)]
     per, extra = divmod(args.decisions, args.workers)
@@ -229,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             data = [c for f in futures for c in f.result()]
         print(f"cf: {len(data)} records from {args.decisions} decisions in {time.time() - t0:.0f} s",
               file=sys.stderr, flush=True)
-    recipe = shipped_recipe(len(data), args.workers, args.seed)
+    recipe = shipped_recipe(len(data), args.workers, args.seed, args.scale)
     data_path.write_bytes(pickle.dumps({"collection": _collection_key(recipe), "data": data}, protocol=5))
     credits = np.array([c.credit for c in data])
     by_decision: dict[int, list[float]] = {}
@@ -238,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     spread = np.array([max(v) - min(v) for v in by_decision.values()])
     print(f"cf: {np.mean(credits < 0):.1%} of records with a cost; decisions whose candidates' credits "
           f"differ: {np.mean(spread > 0):.1%}", file=sys.stderr, flush=True)
+    if not args.fit:
+        return 0
     summary = train(replace(recipe), args.out, log=lambda m: print(m, file=sys.stderr, flush=True),
                     data_path=data_path)
     print(f"cf: done in {time.time() - t0:.0f} s; checkpoint {summary['checkpoint']}", file=sys.stderr)
