@@ -88,6 +88,8 @@ class Args:
     """decisions at the start of each episode that are stepped but never credited"""
     fit: int = 1
     """1: fit and write the checkpoint after the collection; 0: collect only"""
+    time_budget_s: float = 0.0
+    """> 0: each collection process stops after this many seconds with what it has"""
 
 
 def shipped_recipe(samples: int, workers: int, seed: int, scale: str = "small") -> OnlineRecipe:
@@ -209,8 +211,8 @@ def collect_share(args: Args, worker: int, indices: list[int], quota: int) -> li
             if term or trunc:
                 env.reset()
                 steps[k] = 0
-            if sampled >= quota:
-                break
+            if sampled >= quota or (args.time_budget_s > 0 and time.perf_counter() - t0 > args.time_budget_s):
+                return out
     return out
 
 
@@ -236,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         with worker_pool(args.workers, mp_context=get_context("spawn")) as pool:
             futures = [pool.submit(collect_share, args, w, shares[w], quotas[w]) for w in range(args.workers)]
             data = [c for f in futures for c in f.result()]
-        print(f"cf: {len(data)} records from {args.decisions} decisions in {time.time() - t0:.0f} s",
+        print(f"cf: {len(data)} records from {len({id(c.decision) for c in data})} decisions in "
+              f"{time.time() - t0:.0f} s",
               file=sys.stderr, flush=True)
     recipe = shipped_recipe(len(data), args.workers, args.seed, args.scale)
     data_path.write_bytes(pickle.dumps({"collection": _collection_key(recipe), "data": data}, protocol=5))
