@@ -615,7 +615,9 @@ def test_nodes_the_extender_refuses_never_get_a_pod(cluster: Cluster, tmp_path: 
 def test_pods_of_other_schedulers_never_reach_the_extender(cluster: Cluster, tmp_path: Path) -> None:
     """The chart's kube-scheduler runs the ``fedsched`` profile only; the cluster's default
     scheduler (here a stock kube-scheduler, no configuration) binds every other pod, and the
-    agent's cache still counts them (they use the nodes' capacity)."""
+    agent's cache still counts them (they use the nodes' capacity). A ``fedsched`` pod the extender
+    never saw must be one whose filter call kube-scheduler's log says it skipped (the extender is
+    ``ignorable``: a call past ``httpTimeout`` on a loaded machine), at most ``MAX_LATE`` of them."""
     c = cluster
     stock = ["--kubeconfig", str(c.cp.kubeconfig), "--v=2"]
     with fedsched_stack(c, tmp_path) as st, kube_scheduler(c.cp, "default-scheduler", stock) as default:
@@ -634,7 +636,13 @@ def test_pods_of_other_schedulers_never_reach_the_extender(cluster: Cluster, tmp
         bound = wait_bound(c, [*(o["metadata"]["name"] for o in ours), *others], 60)
         seen = st.recorder.pods_seen()
         assert all(bound[n]["metadata"]["uid"] not in seen for n in others)
-        assert all(bound[o["metadata"]["name"]]["metadata"]["uid"] in seen for o in ours)
+        mine = {o["metadata"]["name"]: bound[o["metadata"]["name"]] for o in ours}
+        unseen = [n for n, p in mine.items() if p["metadata"]["uid"] not in seen]
+        if unseen:  # the extender is ignorable: a filter call past httpTimeout leaves nothing recorded
+            skipped = skipped_filters(log_with_bindings(st, mine))
+            unexplained = [n for n in unseen if f"{NAMESPACE}/{n}" not in skipped]
+            assert not unexplained, f"fedsched pods bound without the extender: {unexplained}"
+            assert len(unseen) <= MAX_LATE * len(mine), f"extender skipped (past httpTimeout): {unseen}"
         time.sleep(1.0)  # give the no-such-scheduler pods every chance to be (wrongly) bound
         for p in created[28:]:
             now = c.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{p['metadata']['name']}")
