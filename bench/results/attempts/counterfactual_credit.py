@@ -42,7 +42,7 @@ import copy
 import pickle
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
           f"differ: {np.mean(spread > 0):.1%}", file=sys.stderr, flush=True)
     if not args.fit:
         return 0
-    summary = train(replace(recipe), args.out, log=lambda m: print(m, file=sys.stderr, flush=True),
+    summary = train(recipe, args.out, log=lambda m: print(m, file=sys.stderr, flush=True),
                     data_path=data_path)
     print(f"cf: done in {time.time() - t0:.0f} s; checkpoint {summary['checkpoint']}", file=sys.stderr)
     return 0
