@@ -15,11 +15,15 @@ Training clusters are :func:`fedsched.agent.learning.online.profile_cluster`'s a
 scale (randomised generator parameters, the daily peak inside each episode) with generator seeds
 ``1000 * seed + i`` (``--seed 3``: no benchmark's (7), validation's (31), federation member's
 (1000 + i) or shipped training cluster's seed), their train pods at 85% requested load. The
-validation clusters of the roll-out gate are never read here: judge a chosen mixture there with
-``fedsched evidence`` on a checkpoint that carries it.
+search never reads the roll-out gate's validation clusters; ``--validate N`` judges chosen
+mixtures there afterwards (the clusters and seeds ``fedsched evidence`` replays; a checkpoint's
+``scoring`` metadata holds only ``kube_weight``, so a mixture is not a checkpoint ``fedsched
+evidence`` could read).
 
     python bench/results/attempts/heuristic_mixture.py --json runs/mix/grid.json \\
         --candidates "logits=1,kube-default=2;logits=1,kube-default=2,target-load-packing=2;..."
+    python bench/results/attempts/heuristic_mixture.py --validate 60 --profiles gpu,edge \\
+        --candidates "logits=1,kube-default=2;logits=1,kube-default=2,load-variation-risk-balancing=1"
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from fedsched.common.model.metrics import TROUBLE_SMOOTHING, trouble_score
 from fedsched.common.model.traces import fits_somewhere, split_train_val_test
 from fedsched.common.schedulers import RESOLVERS, SHIPPED, SchedulerContext, default_policy_path
 from fedsched.common.schedulers.base import Scheduler
-from fedsched.common.sim.evaluate import make_policy
+from fedsched.common.sim.evaluate import make_policy, scheduler_context
 from fedsched.common.sim.paired import paired_difference
 from fedsched.common.sim.replay import ReplayConfig, run_replay
 
@@ -187,7 +191,7 @@ def run(args: Args, profile: str, gen_seed: int, seed: int, mix: str) -> dict[st
     single_threaded()
     t0 = time.perf_counter()
     nodes, pods, replay = cluster(profile, gen_seed)
-    ctx = SchedulerContext(train_pods=pods, rng=np.random.default_rng(seed + 1_000_003))
+    ctx = scheduler_context(pods, seed)  # the evaluation's: statistics and a tie-break stream per seed
     sched = (make_policy("kube-default", ctx, "replay") if not mix
              else Mixture(args.policy, parse_mixture(mix), ctx))
     cfg = ReplayConfig(**replay, target_load=args.target_load, allow_unreachable_load=True)
