@@ -11,11 +11,18 @@ states are realistic) this times, over ``--calls`` pods after a warm-up:
   ``learned-online``'s do), what the simulator, the evaluation and the extender pay per pod;
 - ``search`` (with ``--search NAME``, e.g. ``lookahead:fgd``): the decision-time search's whole
   scorer call over the pod's feasible nodes (base scores, candidates, rollouts), its arrivals
-  drawn from the openb pods, over ``--search-calls`` pods.
+  drawn from the openb pods, over ``--search-calls`` pods;
+- ``served`` (with ``--served-search ARGS``, e.g. ``default``): the path a serving agent runs
+  with ``fedsched serve --search ARGS``: the decider's prioritize (in process, no HTTP) over every
+  node of the cluster, mirrored pod by pod into the agent's cache, the search over ``--policy``
+  (early ranking off, so the whole search is inside the call; the roll-out gate off), its
+  arrivals drawn from the pods the agent was asked to place (64 prioritize calls before the
+  timed ones), over ``--search-calls`` pods.
 
 Goal (agent issue): 500 candidate nodes in at most 1 ms at p99.
 
-    python bench/inference_latency.py [--policy CKPT] [--search lookahead:fgd] [--json OUT.json]
+    python bench/inference_latency.py [--policy CKPT] [--search lookahead:fgd] [--served-search default]
+        [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -60,8 +67,10 @@ def cluster_of(nodes: NodeTable, n: int, rng: np.random.Generator) -> NodeTable:
                      model=t.model, models=t.models, disk_io=t.disk_io, net=t.net)
 
 
-def loaded_state(nodes: NodeTable, pods, rng: np.random.Generator) -> ClusterState:
-    """Fill to about half the GPUs (or CPU) with kube-default, like a busy cluster."""
+def loaded_state(nodes: NodeTable, pods, rng: np.random.Generator,
+                 placed: list | None = None) -> ClusterState:
+    """Fill to about half the GPUs (or CPU) with kube-default, like a busy cluster (each
+    placement ``(pod, node, gpus)`` appended to ``placed`` when given)."""
     state = ClusterState(nodes)
     sched = KubeDefault()
     target = 0.5 * (nodes.total_gpu_milli or nodes.cpu.sum())
@@ -72,6 +81,8 @@ def loaded_state(nodes: NodeTable, pods, rng: np.random.Generator) -> ClusterSta
         if p.node < 0:
             break
         state.allocate(p.node, pod, p.gpus)
+        if placed is not None:
+            placed.append((pod, p.node, p.gpus))
         used += pod.gpu_request if nodes.total_gpu_milli else pod.cpu
     return state
 
@@ -91,6 +102,37 @@ def search_times(name: str, state: ClusterState, pods, calls: list, n_calls: int
     return times
 
 
+def served_times(search: str, policy: str, nodes: NodeTable, placed: list, calls: list,
+                 n_calls: int) -> list[float]:
+    """Seconds per prioritize call of a serving agent running ``fedsched serve --search search``
+    over ``policy`` on ``nodes`` holding the pods ``placed``, each call over every node."""
+    from fedsched.agent.cluster.cache import ClusterCache
+    from fedsched.agent.cluster.k8s_objects import pod_to_json
+    from fedsched.agent.serving.decider import Decider, DeciderConfig
+    from fedsched.agent.serving.model_store import ModelStore
+    from fedsched.cli.serve import search_args
+
+    cache = ClusterCache.from_table(nodes)
+    for i, (pod, node, gpus) in enumerate(placed):
+        cache.bind(f"bound-{i}", pod, nodes.names[node], gpus)
+    cfg = DeciderConfig(gate=None, budget_ms=60_000.0, early_rank=False, search=search_args(search))
+    decider = Decider(cache, ModelStore(policy), cfg)
+    names = list(nodes.names)
+    times = []
+    try:
+        for i, (pod, _) in enumerate(calls[: 64 + n_calls]):
+            obj = pod_to_json(pod, f"p-{i}", nodes.models, uid=f"u-{i}")
+            t0 = time.perf_counter()
+            d = decider.prioritize(obj, names)
+            if i >= 64:
+                times.append(time.perf_counter() - t0)
+            if d.source != "policy":
+                raise RuntimeError(f"the agent answered {d.source} ({d.reason}), not the searched policy")
+    finally:
+        decider.close()
+    return times
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", default=str(DEFAULT_POLICY) if DEFAULT_POLICY.exists() else None,
@@ -99,6 +141,8 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=500)
     ap.add_argument("--search", help="also time this decision-time search (e.g. lookahead:fgd)")
     ap.add_argument("--search-calls", type=int, default=100)
+    ap.add_argument("--served-search", help="also time a serving agent's prioritize with fedsched serve "
+                                            "--search ARGS over --policy (e.g. default)")
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args()
     pin_to_core()
@@ -121,7 +165,8 @@ def main() -> int:
     print(f"{'nodes':>6} {'what':>8} {'p50 ms':>8} {'p99 ms':>8}")
     for n in [int(x) for x in args.sizes.split(",")]:
         nodes = cluster_of(base, n, rng)
-        state = loaded_state(nodes, pods, rng)
+        placed: list = []
+        state = loaded_state(nodes, pods, rng, placed)
         calls = []
         for _ in range(args.calls * 3):
             pod = Pod.from_table(pods, int(rng.integers(len(pods))))
@@ -159,7 +204,14 @@ def main() -> int:
             out[str(n)]["search"] = {**timing_stats(search_times(args.search, state, pods, calls,
                                                                  args.search_calls), POINTS),
                                      "name": args.search}
-        for what in [w for w in ("torch", "numpy", "onnx", "score", "search") if w in out[str(n)]]:
+        if args.served_search:
+            if not args.policy:
+                raise SystemExit("--served-search serves --policy: give a checkpoint")
+            fits = [(pod, c) for pod, c in calls if state.feasible(pod).any()]
+            served = served_times(args.served_search, args.policy, nodes, placed, fits, args.search_calls)
+            out[str(n)]["served"] = {**timing_stats(served, POINTS), "search": args.served_search}
+        for what in [w for w in ("torch", "numpy", "onnx", "score", "search", "served")
+                     if w in out[str(n)]]:
             r = out[str(n)][what]
             print(f"{n:>6} {what:>8} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f}")
     p99 = out.get("500", {}).get("score", {}).get("p99_ms")

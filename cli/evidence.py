@@ -1,6 +1,10 @@
 """``fedsched evidence``: replay a policy beside kube-default on a validation cluster of each
 profile at realistic size, print the paired figures and the roll-out gate's verdict per profile,
-and with ``--write`` store them in the checkpoint (the gate of ``fedsched serve`` reads them)."""
+and with ``--write`` store them in the checkpoint (the gate of ``fedsched serve`` reads them).
+
+``--search ARGS`` replays the decision-time search over the policy instead (what ``fedsched serve
+--search ARGS`` runs) and stores its figures apart, under ``search_evidence``: the gate judges a
+policy served with the search by these only."""
 
 from __future__ import annotations
 
@@ -29,34 +33,46 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="store the evidence in the checkpoint's metadata (a shipped name writes the "
                         "shipped file)")
     p.add_argument("--json", dest="json_out", help="also write the evidence as JSON here")
+    p.add_argument("--search", help="the evidence of the decision-time search over the policy, as "
+                                    "fedsched serve --search runs it ('default' or key=value,...)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from fedsched.agent.serving.rollout_gate import gate
+    from fedsched.cli.serve import search_args
     from fedsched.common.learning.checkpoint import load_checkpoint, update_metadata
     from fedsched.common.schedulers import SHIPPED, default_policy_path
+    from fedsched.common.schedulers.lookahead import ARGS_PREFIX
     from fedsched.common.sim.evidence import collect
 
     profiles = [p for p in args.profiles.split(",") if p]
     path = default_policy_path(args.policy) if args.policy in SHIPPED else Path(args.policy)
     load_checkpoint(path)  # a clear error before any replay
+    search = search_args(args.search)
+    spec = search.spec() if search is not None else None
+    replayed = str(path) if spec is None else f"{ARGS_PREFIX}{spec}]:{path}"
     t0 = time.time()
 
     def progress(profile: str, k: int, n: int, o: Any) -> None:
         print(f"[{profile}] {k}/{n} {o.policy} seed {o.seed} ({time.time() - t0:.0f} s)", file=sys.stderr,
               flush=True)
 
-    ev = collect(str(path), profiles, seeds=args.seeds, jobs=args.jobs, quick=args.quick, progress=progress)
+    ev = collect(replayed, profiles, seeds=args.seeds, jobs=args.jobs, quick=args.quick, progress=progress)
     recipe = [f"fedsched evidence {args.policy} --profiles {','.join(profiles)}"]
     recipe += [f"--seeds {args.seeds}"] if args.seeds is not None else []
     recipe += ["--quick"] if args.quick else []
+    recipe += [f"--search {spec}"] if spec is not None else []
     ev |= {"policy": args.policy, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "recipe": " ".join(recipe)}
-    meta = {"evidence": ev}
+    if spec is None:
+        meta = {"evidence": ev}
+    else:
+        ev["search"] = spec
+        meta = {"search_evidence": ev}
     for profile, e in ev["profiles"].items():
         t = e["trouble_score"]
-        verdict = gate(meta, profile)
+        verdict = gate(meta, profile, search=spec)
         print(f"{profile}: {e['nodes']} nodes, {len(e['seeds'])} seeds: trouble score {t['mean']:+.3f} ± "
               f"{t['ci95']:.3f} ({t['verdict']}); "
               + ", ".join(f"{m} {v['mean']:+.3f} ± {v['ci95']:.3f}" for m, v in e["log_ratio"].items())

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fedsched.agent.serving.decider import Decider
     from fedsched.agent.serving.extender import ConnectionLimits
+    from fedsched.common.schedulers.lookahead import LookaheadArgs
 
 OPTIONS: dict[str, tuple[type, Any, str]] = {
     "policy": (str, None, "checkpoint (*.pt) or shipped policy name (learned, learned-td3)"),
@@ -95,6 +96,12 @@ OPTIONS: dict[str, tuple[type, Any, str]] = {
                                        "(OOM kills, throttled CPU, failed pods, pending p99) hold whatever "
                                        "the objective"),
     "budget-ms": (float, 10.0, "latency budget per request; the kube-default fallback answers past it"),
+    "search": (str, None, "decision-time search over the policy's best candidates, for GPU packing "
+                          "clusters: 'default' or key=value,... of candidates (4), horizon (10), futures "
+                          "(1) and seed (0); arrivals are drawn from the pods the agent was asked to "
+                          "place. It takes tens of ms per pod: raise --budget-ms and the Score plugin's "
+                          "deadline. The gate judges it by its own evidence (fedsched evidence POLICY "
+                          "--search ARGS --write)"),
     "scheduler-name": (str, "fedsched", "act on pods of this scheduler profile ('*': every pod)"),
     "cpu-threshold": (float, 0.9, "refuse nodes whose real CPU use is above this share"),
     "mem-threshold": (float, 0.9, "refuse nodes whose real memory use is above this share"),
@@ -243,11 +250,25 @@ def build_agent(opts: dict[str, Any]) -> Decider:
     gate = None if opts["gate"] == "off" else opts["gate"]
     cfg = DeciderConfig(opts["mode"], opts["budget-ms"], None if name == "*" else name, opts["seed"], safety,
                         gate, opts["gate-objective"], early_rank=not opts["no-early-rank"],
-                        assume=not opts["cluster-csv"])
+                        assume=not opts["cluster-csv"], search=search_args(opts["search"]))
     cache.queue_scheduler = cfg.scheduler_name  # the pending queue the policy's queue feature counts
     decider = Decider(cache, models, cfg, metrics, weights_models)
     metrics.watch_telemetry(lambda: cache.last_telemetry, lambda: cache.telemetry_up)
     return decider
+
+
+def search_args(text: str | None) -> LookaheadArgs | None:
+    """``--search``'s arguments (None: no search); a ``ValueError`` that names the option."""
+    from fedsched.common.schedulers.lookahead import LookaheadArgs, parse_args
+
+    if text is None:
+        return None
+    if not text.strip():
+        raise ValueError("--search needs 'default' or key=value,... (e.g. candidates=4,horizon=10)")
+    try:
+        return LookaheadArgs() if text.strip() == "default" else parse_args(text)
+    except ValueError as e:
+        raise ValueError(f"--search {text!r}: {e}") from None
 
 
 def connection_limits(opts: dict[str, Any]) -> ConnectionLimits:

@@ -41,6 +41,12 @@ were waiting), no-feasible, table (the node table was rebuilt under the decision
 Mode ``shadow`` always answers the default scores and only logs and counts whether the policy
 would have picked the same node.
 
+Decision-time search (``DeciderConfig.search``, ``fedsched serve --search``): the model's scorer
+inside the benchmark's search (:mod:`fedsched.agent.serving.search`), its arrivals drawn from the
+pods this decider was asked to place, its draws fixed by the decision's place in the tie-break
+stream (so early and late rankings agree); ``fedsched_search_decisions_total{result}`` counts what
+it did, and the roll-out gate judges it by the search's own evidence.
+
 Pods scheduled by another profile (``spec.schedulerName`` other than ``scheduler_name``) get
 a neutral answer: every node passes, every score is 0 (extenders are global in
 KubeSchedulerConfiguration, so the agent sees every profile's pods).
@@ -63,12 +69,14 @@ from fedsched.agent.cluster.cache import EXCLUDE_LABEL, ClusterCache
 from fedsched.agent.serving.metrics import ServingMetrics
 from fedsched.agent.serving.model_store import LoadedModel, ModelStore
 from fedsched.agent.serving.rollout_gate import OBJECTIVES, GateVerdict, gate
+from fedsched.agent.serving.search import ServingSearch
 from fedsched.common.learning.nets import WEIGHT_TERMS
 from fedsched.common.learning.scorers import WeightScheduler
 from fedsched.common.model.cluster import MILLI_PER_GPU, Pod
 from fedsched.common.model.profiles import PROFILES, cluster_profiles
-from fedsched.common.schedulers.base import NonFiniteScores, Ranking, rank
+from fedsched.common.schedulers.base import NonFiniteScores, Ranking, Scheduler, rank
 from fedsched.common.schedulers.kube_default import kube_default_scores
+from fedsched.common.schedulers.lookahead import Lookahead, LookaheadArgs
 
 log = logging.getLogger("fedsched.serve")
 
@@ -112,6 +120,8 @@ class DeciderConfig:
     # Count a pod on the node the policy picked from the answer on, until the watch shows it bound
     # (ClusterCache.assume; serving from a watched cluster, where bindings reach the cache late).
     assume: bool = False
+    # The decision-time search over the model's best candidates (agent/serving/search.py); None: off.
+    search: LookaheadArgs | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -170,7 +180,7 @@ class _EarlyRanking:
     names: list[str]  # the candidates, as filter passed them (prioritize's NodeNames)
     model: LoadedModel
     rng_uses: int  # Decider._rng_uses when it started: the stream it drew from is still current
-    future: Future  # -> (Ranking, features, cache generation, tie-break generator state after)
+    future: Future  # -> (Ranking, features, cache generation, tie-break generator state after, search result)
 
 
 def _uid(obj: dict) -> str:
@@ -236,6 +246,7 @@ class Decider:
         self._early: _EarlyRanking | None = None
         self._rng_uses = 0  # rankings whose tie-break draws were kept (the stream's position)
         self._profile_of: tuple[Any, tuple[str, ...]] = (None, ())
+        self.search = ServingSearch(self.cfg.search) if self.cfg.search is not None else None
         self.metrics.set_model(models.version, models.current.path)
         models.prepare = self.warm_up
         models.on_change = self._model_changed
@@ -274,7 +285,8 @@ class Decider:
         key = (model.version, profiles)
         verdict = self._verdicts.get(key)
         if verdict is None:
-            verdict = self._verdicts[key] = gate(model.meta, profiles, self.cfg.gate_objective)
+            verdict = self._verdicts[key] = gate(model.meta, profiles, self.cfg.gate_objective,
+                                                 search=self.search.spec if self.search else None)
             self.metrics.set_gate(model.version, verdict.profile, verdict.active, verdict.reason)
             (log.info if verdict.active else log.warning)(
                 "roll-out gate: model %s %s on this %s cluster: %s", model.version,
@@ -314,6 +326,8 @@ class Decider:
             return FilterAnswer(list(names), {}, {})
         pod = self.cache.pod(pod_obj)  # a pod we cannot read is the caller's error (ObjectError)
         self._new_attempt(pod_obj)
+        if self.search is not None:
+            self.search.record(_uid(pod_obj), pod)
         s = self.cfg.safety
         now = time.time() if now is None else now
         cache = self.cache
@@ -418,20 +432,19 @@ class Decider:
         cache, model = self.cache, self.models.current
         rng = np.random.default_rng()
         rng.bit_generator.state = self.rng.bit_generator.state
-        scheduler = model.scheduler
+        uses = self._rng_uses
 
-        def call() -> tuple[Ranking, Any, int, dict] | None:
+        def call() -> tuple[Ranking, Any, int, dict, str] | None:
             with cache.lock:
                 if cache.table is not table:
                     return None  # the node table was rebuilt since filter: the ids mean other nodes
-                r = rank(scheduler, cache.state, pod, rng, candidates=ids[cache.schedulable[ids]])
-                features = getattr(scheduler, "last_features", None) if r.best >= 0 else None
-                return r, features, cache.generation, rng.bit_generator.state
+                r, features, searched = self._rank(model, uses, pod, rng, ids[cache.schedulable[ids]])
+                return r, features, cache.generation, rng.bit_generator.state, searched
 
         fut = self._submit(call)
         if isinstance(fut, str):
             return  # the worker is busy: prioritize ranks itself
-        old, self._early = self._early, _EarlyRanking(uid, pod, names, model, self._rng_uses, fut)
+        old, self._early = self._early, _EarlyRanking(uid, pod, names, model, uses, fut)
         if old is not None:
             self.metrics.early_rankings.labels(result="unused").inc()
 
@@ -452,8 +465,9 @@ class Decider:
         if done is None or done[2] != self.cache.generation or early.rng_uses != self._rng_uses:
             self.metrics.early_rankings.labels(result="stale").inc()
             return None
-        ranking, features, _, rng_state = done
+        ranking, features, _, rng_state, searched = done
         self.metrics.early_rankings.labels(result="used").inc()
+        self._count_search(searched)
         self.rng.bit_generator.state = rng_state
         self._rng_uses += 1
         return ranking, features, ""
@@ -470,6 +484,8 @@ class Decider:
             return Decision(list(names), [0] * len(names), "neutral", model_version=model.version)
         pod = self.cache.pod(pod_obj)
         self._new_attempt(pod_obj)
+        if self.search is not None:
+            self.search.record(_uid(pod_obj), pod)
         cache = self.cache
         early = self._take_early(pod_obj, pod, names, model, t0) if self._early is not None else None
         for _ in range(2):  # once more if the node table was rebuilt meanwhile (the ids changed)
@@ -530,18 +546,43 @@ class Decider:
         """(ranking or None, the policy's features, fallback reason) for the node ids ``ids`` of
         the node table ``table`` (reason "table" when it was rebuilt before the ranking ran)."""
         cache = self.cache
-        scheduler = model.scheduler
 
-        def call() -> tuple[Ranking, Any]:
+        def call() -> tuple[Ranking, Any, str]:
             with cache.lock:
                 if cache.table is not table:
                     raise _TableChanged
-                r = rank(scheduler, cache.state, pod, self.rng, candidates=ids[cache.schedulable[ids]])
+                out = self._rank(model, self._rng_uses, pod, self.rng, ids[cache.schedulable[ids]])
                 self._rng_uses += 1
-                return r, getattr(scheduler, "last_features", None) if r.best >= 0 else None
+                return out
 
         out, reason = self._budgeted(call, model, t0, self._reserve_s(len(ids)))
-        return (None, None, reason) if out is None else (out[0], out[1], "")
+        if out is None:
+            return None, None, reason
+        self._count_search(out[2])
+        return out[0], out[1], ""
+
+    def _rank(self, model: LoadedModel, uses: int, pod: Pod, rng: np.random.Generator,
+              candidates: np.ndarray) -> tuple[Ranking, Any, str]:
+        """(the ranking, the policy's features, the search's result or "") of the decision at place
+        ``uses`` of the decision stream; on the worker, under the cache lock."""
+        scheduler: Scheduler = model.scheduler
+        if self.search is not None:
+            scheduler = self.search.scheduler(model, uses)
+        if not isinstance(scheduler, Lookahead):
+            r = rank(scheduler, self.cache.state, pod, rng, candidates=candidates)
+            features = getattr(scheduler, "last_features", None) if r.best >= 0 else None
+            return r, features, "no-pool" if self.search is not None and r.best >= 0 else ""
+        searched, switched = scheduler.searched, scheduler.switched
+        r = rank(scheduler, self.cache.state, pod, rng, candidates=candidates)
+        if r.best < 0:
+            return r, None, ""
+        result = ("switched" if scheduler.switched > switched else "kept" if scheduler.searched > searched
+                  else "single")
+        return r, getattr(scheduler.base, "last_features", None), result
+
+    def _count_search(self, result: str) -> None:
+        if result:
+            self.metrics.searches.labels(result=result).inc()
 
     @staticmethod
     def _reserve_s(candidates: int) -> float:

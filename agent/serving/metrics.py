@@ -71,6 +71,14 @@ class ServingMetrics:
             ["result"],
             registry=r,
         )
+        self.searches = Counter(
+            "fedsched_search_decisions_total",
+            "Decisions of the decision-time search (--search): switched (it moved the pod off the "
+            "model's pick), kept (it tried other candidates and kept the pick), single (one distinct "
+            "candidate) or no-pool (too few pods asked for yet to draw arrivals from)",
+            ["result"],
+            registry=r,
+        )
         self.shadow = Counter(
             "fedsched_shadow_decisions_total",
             "Shadow mode: whether the policy's pick equals the default scores' pick",

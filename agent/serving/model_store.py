@@ -44,6 +44,9 @@ class LoadedModel:
     path: str
     loaded_at: float
     meta: dict = field(default_factory=dict, compare=False)  # the checkpoint's metadata (the roll-out gate)
+    # Another scorer of the same weights, with caches of its own (the decision-time search needs
+    # one for the live state and one for its rollouts); None: only ``scheduler`` exists.
+    make_scheduler: Callable[[], Scheduler] | None = field(default=None, compare=False)
 
     @property
     def kind(self) -> str:
@@ -83,10 +86,14 @@ def load_model(path: Path, backend: str = "numpy") -> LoadedModel:
         typical = typical_from_dict(meta.get("typical_pods"))
         options = {"backend": backend} if kind_of(policy) == NODE_SCORING else {}
         options.update(scoring_options(meta, kind_of(policy)))
-        sched = scorer_for(policy, typical, SchedulerContext(), name=f"{path.name}@{version}", **options)
+
+        def make() -> Scheduler:
+            return scorer_for(policy, typical, SchedulerContext(), name=f"{path.name}@{version}", **options)
+
+        sched = make()
     except Exception as e:  # the checkpoint loaded but makes no scorer
         raise CheckpointError(f"{path}: cannot be served ({type(e).__name__}: {e})") from e
-    return LoadedModel(sched, version, str(path), time.time(), meta)
+    return LoadedModel(sched, version, str(path), time.time(), meta, make)
 
 
 class ModelStore:

@@ -15,6 +15,11 @@ each profile it holds and must pass all) and answers active only when, for every
   failed pods as log ratios, pending p99 as a difference; a lower bound above 0 is worse),
   whatever the objective.
 
+A model served with the decision-time search (``fedsched serve --search``) is judged by the
+evidence of the search itself (``fedsched evidence POLICY --search ARGS --write``, stored under
+``search_evidence`` with the search's arguments), since the search places pods the model alone
+would not: the model's own evidence never admits it.
+
 Anything else is shadow, with the reason and the figures: no evidence for the profile (a
 checkpoint without it, such as one trained before the evidence existed, or figures of the old
 single-run kind: a packing figure or one validation run never admits a policy into an online
@@ -109,9 +114,12 @@ def _judge(entry: dict[str, Any], profile: str, objective: str) -> tuple[bool, s
     return True, f"better than kube-default: {figure}; no guardrail worse"
 
 
-def gate(meta: dict[str, Any], profiles: str | Sequence[str], objective: str = "trouble") -> GateVerdict:
+def gate(meta: dict[str, Any], profiles: str | Sequence[str], objective: str = "trouble",
+         search: str | None = None) -> GateVerdict:
     """Active or shadow for a checkpoint's metadata on a cluster of ``profiles`` (one name, or
-    every profile of a mixed cluster)."""
+    every profile of a mixed cluster). ``search`` (a :meth:`LookaheadArgs.spec`) judges the
+    decision-time search over the checkpoint instead: by the evidence of that very search
+    (``search_evidence``), never by the checkpoint's own."""
     names = (profiles,) if isinstance(profiles, str) else tuple(profiles)
     for p in names:
         if p not in PROFILES:
@@ -121,7 +129,14 @@ def gate(meta: dict[str, Any], profiles: str | Sequence[str], objective: str = "
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown gate objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
     label = "+".join(names)
-    evidence = meta.get("evidence")
+    if search is not None:
+        evidence = meta.get("search_evidence")
+        if not isinstance(evidence, dict) or evidence.get("search") != search:
+            return GateVerdict(False, f"no paired evidence of the search {search} in the checkpoint "
+                                      f"(fedsched evidence POLICY --search {search} --write replays it "
+                                      f"beside kube-default at realistic size)", label)
+    else:
+        evidence = meta.get("evidence")
     if not isinstance(evidence, dict) or not isinstance(evidence.get("profiles"), dict):
         return GateVerdict(False, "no paired evidence in the checkpoint (fedsched evidence POLICY --write "
                                   "replays it beside kube-default at realistic size)", label)

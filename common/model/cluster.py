@@ -15,6 +15,7 @@ restricts the GPU models a pod accepts (empty: any).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -135,6 +136,25 @@ class PodTable:
     def gpu_request(self) -> np.ndarray:
         """Total milli-GPU requested per pod (num_gpu * gpu_milli)."""
         return self.num_gpu * self.gpu_milli
+
+    @classmethod
+    def from_pods(cls, pods: Sequence[Pod], names: Sequence[str] | None = None) -> PodTable:
+        """A table of ``pods`` (their requests, QoS, demands, applications and limits; no times,
+        no measured use), named ``names`` or by position."""
+        def col(attr: str, dtype: type) -> np.ndarray:
+            return np.array([getattr(p, attr) for p in pods], dtype=dtype)
+
+        n = len(pods)
+        if names is not None and len(names) != n:
+            raise ValueError(f"{len(names)} names for {n} pods")
+        return cls(
+            names=tuple(names) if names is not None else tuple(map(str, range(n))),
+            cpu=col("cpu", np.int64), mem=col("mem", np.int64), num_gpu=col("num_gpu", np.int64),
+            gpu_milli=col("gpu_milli", np.int64), spec_mask=col("spec_mask", np.int64),
+            qos=col("qos", np.int64), creation=np.full(n, np.nan), deletion=np.full(n, np.nan),
+            disk_io=col("disk_io", np.float64), net=col("net", np.float64), app=col("app", np.int64),
+            cpu_limit=col("cpu_limit", np.int64), mem_limit=col("mem_limit", np.int64),
+        )
 
     def select(self, idx: np.ndarray) -> PodTable:
         idx = np.asarray(idx, dtype=np.int64)

@@ -119,7 +119,8 @@ def split_names(text: str) -> list[str]:
 
 
 # Resolvers for names that are not baselines (e.g. checkpoint paths of learned policies).
-RESOLVERS: list[Callable[[str, SchedulerContext], Scheduler | None]] = [_checkpoint, _lookahead]
+# The search first: its names end in its base's name, which may be a checkpoint path ("*.pt").
+RESOLVERS: list[Callable[[str, SchedulerContext], Scheduler | None]] = [_lookahead, _checkpoint]
 
 
 def make_scheduler(name: str, ctx: SchedulerContext | None = None,

@@ -13,8 +13,9 @@ with the measured resource milli-GPU on a cluster with GPUs (milli-CPU otherwise
 fragmentation by FGD's definition (:mod:`fedsched.common.model.fragmentation`, the typical pods
 of the scheduler's training pods). The arriving pods are drawn uniformly, with replacement, from
 the pods the scheduler was given to learn from (``SchedulerContext.train_pods``: the same pods
-FGD takes its typical pods from; in the benchmarks the statistics part of the split; serving
-does not run the search yet), which is also how the packing workload's tail draws them. Every
+FGD takes its typical pods from; in the benchmarks the statistics part of the split; a serving
+agent, ``fedsched serve --search``, gives the pods it was asked to place, :meth:`Lookahead.set_pool`),
+which is also how the packing workload's tail draws them. Every
 candidate sees the same ``futures`` draws (common random numbers) and ties are broken by one
 fixed node priority, so the comparison sees the decision and not the luck of the draw; the
 values are averaged over the draws. The best-valued candidate gets the top score; the base's own
@@ -22,7 +23,7 @@ first choice keeps it unless another candidate is strictly better. With ``horizo
 value is the candidate's own fragmentation change: FGD's rule without its score's rounding.
 
 Registry names: ``lookahead:<base>`` with the default arguments, ``lookahead[key=value,...]:<base>``
-with others (:func:`parse_name`), e.g. ``lookahead[candidates=8,horizon=20]:fgd``.
+with others (:func:`parse_name`, :func:`parse_args`), e.g. ``lookahead[candidates=8,horizon=20]:fgd``.
 
 The shadow state is kept between decisions and brought up to date from the live state's
 changed nodes (:meth:`ClusterState.sync_rows`), so the base scheduler's per-node caches stay
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.model.cluster import ClusterState, Pod, PodTable
 from fedsched.common.model.fragmentation import FragmentationModel, TypicalPods
 from fedsched.common.schedulers.base import Scheduler, SchedulerArgs, SchedulerContext, check_int, place
 
@@ -72,13 +73,39 @@ class LookaheadArgs(SchedulerArgs):
         check_int(self, "futures", 1, 64)
         check_int(self, "seed", 0)
 
+    def spec(self) -> str:
+        """Every argument as ``key=value,...`` (what :func:`parse_args` reads back): the search's
+        name in evidence and logs."""
+        return ",".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self))
+
+
+def parse_args(text: str) -> LookaheadArgs:
+    """The search's arguments from ``key=value,...`` (``candidates``, ``horizon``, ``futures``,
+    ``seed``; integers; the others keep their defaults; empty: every default). An item that is not
+    ``key=value``, an unknown or repeated key or a value out of range is a ``ValueError`` that
+    says which."""
+    fields = {f.name for f in dataclasses.fields(LookaheadArgs)}
+    values: dict[str, int] = {}
+    for item in text.split(",") if text.strip() else []:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or key not in fields:
+            raise ValueError(f"{item!r} is not key=value with a key among {', '.join(sorted(fields))}")
+        if key in values:
+            raise ValueError(f"{key} is given twice")
+        try:
+            values[key] = int(value.strip())
+        except ValueError:
+            raise ValueError(f"{key} must be an integer, got {value!r}") from None
+    return LookaheadArgs(**values)
+
 
 def parse_name(name: str) -> tuple[LookaheadArgs, str] | None:
     """``(args, base)`` of a search's registry name, or None when ``name`` names no search.
 
     ``lookahead:<base>`` runs the search with the default arguments; ``lookahead[key=value,...]:<base>``
-    sets some of them (``candidates``, ``horizon``, ``futures``, ``seed``; integers). A malformed
-    name, an unknown key or a value out of range is a ``ValueError`` that says which.
+    sets some of them (:func:`parse_args`). A malformed name, an unknown key or a value out of range
+    is a ``ValueError`` that says which.
     """
     if name.startswith(PREFIX):
         args, base = LookaheadArgs(), name[len(PREFIX):]
@@ -87,21 +114,10 @@ def parse_name(name: str) -> tuple[LookaheadArgs, str] | None:
         if not sep:
             raise ValueError(f"{name!r}: expected {ARGS_PREFIX}key=value,...]:<base>, e.g. "
                              f"{ARGS_PREFIX}candidates=8,futures=2]:fgd")
-        fields = {f.name for f in dataclasses.fields(LookaheadArgs)}
-        values: dict[str, int] = {}
-        for item in inner.split(",") if inner else []:
-            key, eq, text = item.partition("=")
-            key = key.strip()
-            if not eq or key not in fields:
-                raise ValueError(f"{name!r}: {item!r} is not key=value with a key among "
-                                 f"{', '.join(sorted(fields))}")
-            if key in values:
-                raise ValueError(f"{name!r}: {key} is given twice")
-            try:
-                values[key] = int(text.strip())
-            except ValueError:
-                raise ValueError(f"{name!r}: {key} must be an integer, got {text!r}") from None
-        args = LookaheadArgs(**values)
+        try:
+            args = parse_args(inner)
+        except ValueError as e:
+            raise ValueError(f"{name!r}: {e}") from None
     else:
         return None
     if not base or base.startswith((PREFIX, ARGS_PREFIX)):
@@ -128,10 +144,7 @@ class Lookahead(Scheduler):
             raise ValueError("the look-ahead needs training pods to draw its arrivals from")
         self.base, self.rollout_base = make_base(), make_base()
         self.name = f"{PREFIX}{self.base.name}"
-        self.pool = self.ctx.train_pods
-        self._arrivals: dict[int, Pod] = {}
-        self.typical = TypicalPods.from_pods(self.pool)
-        self._frag_models: dict[int, FragmentationModel] = {}
+        self.set_pool(self.ctx.train_pods)
         self._priority_of = (-1, np.zeros(0, dtype=np.int64))  # (node count, its priority)
         self._rng = np.random.default_rng(self.args.seed)
         self._shadow: ClusterState | None = None
@@ -139,6 +152,22 @@ class Lookahead(Scheduler):
         self._live_version = np.zeros(0, dtype=np.int64)
         self.searched = 0  # decisions with more than one distinct candidate
         self.switched = 0  # ... of which the search moved the pod off the base's first choice
+
+    def set_pool(self, pods: PodTable) -> None:
+        """Draw the arrivals from ``pods`` from now on, and value fragmentation by their typical
+        pods (a serving agent gives the pods its cluster runs; a ``ValueError`` when empty)."""
+        if len(pods) == 0:
+            raise ValueError("the look-ahead needs pods to draw its arrivals from")
+        self.pool = pods
+        self._arrivals: dict[int, Pod] = {}
+        self.typical = TypicalPods.from_pods(pods)
+        self._frag_models: dict[int, FragmentationModel] = {}
+
+    def reseed(self, key: int) -> None:
+        """Draw the next decisions' arrivals from a stream fixed by ``(args.seed, key)``: a serving
+        agent keys each decision by its place in the decision stream, so that a ranking computed
+        ahead and one computed when asked draw the same arrivals."""
+        self._rng = np.random.default_rng([self.args.seed, key])
 
     # ---- the search --------------------------------------------------------------------------
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:

@@ -2,7 +2,8 @@
 by an explicit ``--host`` (the agent's default is loopback), bounds its connections with the
 chart's ``extender.connections`` values and its learned nodes with ``extender.maxLearnedNodes``,
 and allows the admin verbs to the client-certificate names in ``extender.adminClients`` only;
-every rendered flag is read by ``fedsched serve``'s own parser."""
+``extender.search`` turns on the decision-time search; every rendered flag is read by ``fedsched
+serve``'s own parser."""
 
 from __future__ import annotations
 
@@ -60,7 +61,22 @@ def test_connection_bounds_and_admin_clients_from_the_values() -> None:
     {"maxLearnedNodes": -1},
     {"adminClients": ["has,comma"]},
     {"adminClients": "fedsched-admin"},
+    {"search": "candidates=4;horizon=10"},
+    {"search": "candidates=4 --gate=off"},
+    {"search": 4},
 ])
 def test_the_schema_refuses_bad_bounds_and_admin_names(bad: dict[str, Any]) -> None:
     with pytest.raises(Exception, match="extender"):
         render(AGENT, merge(load_values(AGENT, DEFAULTS), {"extender": bad}))
+
+
+def test_the_search_is_off_by_default_and_reaches_the_agent_as_given() -> None:
+    from fedsched.common.schedulers.lookahead import LookaheadArgs
+
+    assert extender_options(load_values(AGENT, DEFAULTS))["search"] is None
+    opts = extender_options(merge(load_values(AGENT, DEFAULTS), {"extender": {
+        "search": "candidates=8,horizon=20", "budgetMs": 100}}))
+    assert serve.search_args(opts["search"]) == LookaheadArgs(candidates=8, horizon=20)
+    assert opts["budget-ms"] == 100
+    opts = extender_options(merge(load_values(AGENT, DEFAULTS), {"extender": {"search": "default"}}))
+    assert serve.search_args(opts["search"]) == LookaheadArgs()

@@ -162,3 +162,23 @@ def test_the_shipped_policies_verdicts(name, profiles, objective, active, says):
 
     v = gate(load_model(resolve_policy_path(name)).meta, profiles, objective)
     assert v.active is active and says in v.reason, v.reason
+
+
+def test_a_searched_policy_is_judged_by_the_searchs_own_evidence_only():
+    """``fedsched serve --search``: the model's own evidence never admits the search over it; the
+    search's evidence does, and only for the arguments it was replayed with."""
+    spec = "candidates=4,horizon=10,futures=1,seed=0"
+    own = _meta(gpu=_entry(BETTER))
+    assert gate(own, "gpu").active
+    v = gate(own, "gpu", search=spec)
+    assert not v.active and f"no paired evidence of the search {spec}" in v.reason
+    assert f"--search {spec} --write" in v.reason
+    searched = {**own, "search_evidence": {**_meta(gpu=_entry(WORSE, alloc_gpu=PACKS))["evidence"],
+                                           "search": spec}}
+    assert gate(searched, "gpu", "gpu-alloc", search=spec).active
+    assert not gate(searched, "gpu", "trouble", search=spec).active  # judged on its own figures
+    assert gate(searched, "gpu", "trouble").active  # ... the model alone still on the model's
+    other = "candidates=8,horizon=10,futures=1,seed=0"
+    assert not gate(searched, "gpu", "gpu-alloc", search=other).active
+    broken = {"search_evidence": "not a mapping"}
+    assert "no paired evidence of the search" in gate(broken, "gpu", search=spec).reason

@@ -18,6 +18,7 @@ from fedsched.common.schedulers import (
     place,
     split_names,
 )
+from fedsched.common.schedulers.lookahead import parse_args
 from fedsched.common.sim.packing import run_packing
 from tests.common.schedulers.sched_testkit import nodes, pod, pod_table, state, whole
 from tests.common.schedulers.test_sched_properties import TRAIN, check_gpus, clusters, pods
@@ -180,3 +181,58 @@ def test_a_list_of_names_splits_outside_brackets(text, names):
 def test_a_list_with_unbalanced_brackets_is_refused(text, msg):
     with pytest.raises(ValueError, match=msg):
         split_names(text)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 64), st.integers(0, 1000), st.integers(1, 64), st.integers(0, 2**40))
+def test_the_arguments_spec_reads_back_as_the_same_arguments(candidates, horizon, futures, seed):
+    args = LookaheadArgs(candidates=candidates, horizon=horizon, futures=futures, seed=seed)
+    assert parse_args(args.spec()) == args
+    assert parse_args(" , ".join(reversed(args.spec().split(",")))) == args  # any order, spaces
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("depth=3", "'depth=3' is not key=value"), ("candidates", "'candidates' is not key=value"),
+    ("horizon=1e3", "horizon must be an integer"), ("seed=" + "9" * 5000, "seed must be an integer"),
+    ("futures=1,futures=1", "futures is given twice"), ("candidates=65", "out of range"),
+])
+def test_bad_arguments_are_refused_saying_which(text, msg):
+    with pytest.raises(ValueError, match=msg):
+        parse_args(text)
+
+
+def test_a_search_over_a_checkpoint_path_resolves_to_the_search(tmp_path):
+    """``lookahead:<path>.pt`` names the search over the checkpoint (the evidence of ``fedsched serve
+    --search``), not a checkpoint file of that name."""
+    from fedsched.common.schedulers import default_policy_path
+
+    path = default_policy_path("learned")
+    s = make_scheduler(f"lookahead[horizon=2]:{path}", SchedulerContext(train_pods=TRAIN))
+    assert isinstance(s, Lookahead) and s.args == LookaheadArgs(horizon=2)
+    with pytest.raises(ValueError, match="no such checkpoint"):
+        make_scheduler(f"lookahead:{tmp_path / 'missing.pt'}", SchedulerContext(train_pods=TRAIN))
+
+
+def test_a_new_pool_and_a_reseed_change_only_what_they_say():
+    """set_pool: the arrivals come from the new pods (and an empty pool is refused); reseed: the
+    draws are a function of (seed, key), whatever came before."""
+    table = nodes(cpu=[32000] * 4, mem=[1 << 18] * 4, gpu=[8, 8, 4, 2])
+    st_ = ClusterState(table, use_source=USE_REQUESTS)
+    small = pod_table([(1000, 2048, 1, 250)] * 4)
+    s = search("fgd", small, horizon=3, candidates=4)
+    assert s.pool is small
+    big = pod_table([(16000, 32768, 4, 1000)] * 3)
+    s.set_pool(big)
+    assert s.pool is big and s._arrival(0).num_gpu == 4 and list(s.typical.num_gpu) == [4]
+    with pytest.raises(ValueError, match="pods to draw its arrivals from"):
+        s.set_pool(pod_table([]))
+    assert s.pool is big
+    p = pod(cpu=2000, mem=1024, num_gpu=1, gpu_milli=500)
+    s.set_pool(small)
+    s.reseed(7)
+    first = s._rng.integers(1 << 30, size=4).tolist()
+    s.score(st_, p, np.arange(4))
+    s.reseed(7)
+    assert s._rng.integers(1 << 30, size=4).tolist() == first
+    s.reseed(8)
+    assert s._rng.integers(1 << 30, size=4).tolist() != first
