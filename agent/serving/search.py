@@ -42,7 +42,8 @@ class ServingSearch:
                              f"got {min_pool} and {max_pool}")
         self.args = args
         self.max_pool, self.min_pool = max_pool, min_pool
-        self._seen: OrderedDict[str, Pod] = OrderedDict()  # uid -> pod, least recently asked first
+        # hash(uid) -> pod, least recently asked first (a hash: a request's uid may be long)
+        self._seen: OrderedDict[int, Pod] = OrderedDict()
         self._lock = threading.Lock()
         self._new = 0  # pods first asked for since the pool was built
         self._pool: PodTable | None = None
@@ -54,12 +55,13 @@ class ServingSearch:
 
     def record(self, uid: str, pod: Pod) -> None:
         """``pod`` (uid ``uid``) was asked for: one more arrival to draw from."""
+        key = hash(uid)
         with self._lock:
-            if uid in self._seen:
-                self._seen.move_to_end(uid)
-                self._seen[uid] = pod
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                self._seen[key] = pod
                 return
-            self._seen[uid] = pod
+            self._seen[key] = pod
             self._new += 1
             if len(self._seen) > self.max_pool:
                 self._seen.popitem(last=False)

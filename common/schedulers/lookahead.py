@@ -50,6 +50,7 @@ from fedsched.common.model.cluster import ClusterState, Pod, PodTable
 from fedsched.common.model.fragmentation import FragmentationModel, TypicalPods
 from fedsched.common.schedulers.base import Scheduler, SchedulerArgs, SchedulerContext, check_int, place
 
+_USE_FIELDS = ("cpu_used", "mem_used", "cpu_measured", "mem_measured")
 PREFIX = "lookahead:"  # registry names: "lookahead:<base name>", e.g. "lookahead:fgd"
 ARGS_PREFIX = "lookahead["  # ... or with arguments: "lookahead[candidates=8,futures=2]:fgd"
 
@@ -283,5 +284,8 @@ class Lookahead(Scheduler):
         rows = np.flatnonzero(state.version != self._live_version)
         sh.sync_rows(state, rows)
         self._live_version[rows] = state.version[rows]
+        # Measured use moves without a version (a serving agent's telemetry): taken whole.
+        for k in _USE_FIELDS:
+            np.copyto(getattr(sh, k), getattr(state, k))
         return sh
 

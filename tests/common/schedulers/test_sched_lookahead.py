@@ -236,3 +236,17 @@ def test_a_new_pool_and_a_reseed_change_only_what_they_say():
     assert s._rng.integers(1 << 30, size=4).tolist() == first
     s.reseed(8)
     assert s._rng.integers(1 << 30, size=4).tolist() != first
+
+
+def test_the_shadow_takes_measured_use_that_moves_without_a_version():
+    """A serving agent's telemetry sets a node's measured use without moving its version: the
+    rollouts still see the use of now, not the use of when the shadow was made."""
+    st_ = ClusterState(nodes(cpu=[32000] * 3, mem=[1 << 18] * 3, gpu=[8, 8, 4]), use_source=USE_REQUESTS)
+    s = search("kube-default", pod_table([(1000, 2048, 0, 0)] * 4), horizon=2)
+    s._sync(st_)
+    version = st_.version.copy()
+    st_.set_measured_use(1, cpu=30000.0, mem=1000.0)
+    assert (st_.version == version).all()
+    shadow = s._sync(st_)
+    for k in ClusterState.ROW_FIELDS:
+        np.testing.assert_array_equal(getattr(shadow, k), getattr(st_, k), err_msg=k)
