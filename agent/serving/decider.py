@@ -247,6 +247,9 @@ class Decider:
         self._rng_uses = 0  # rankings whose tie-break draws were kept (the stream's position)
         self._profile_of: tuple[Any, tuple[str, ...]] = (None, ())
         self.search = ServingSearch(self.cfg.search) if self.cfg.search is not None else None
+        if self.search is not None:
+            log.info("decision-time search on (%s): arrivals drawn from the last %d pods asked for, once "
+                     "%d have been", self.search.spec, self.search.max_pool, self.search.min_pool)
         self.metrics.set_model(models.version, models.current.path)
         models.prepare = self.warm_up
         models.on_change = self._model_changed

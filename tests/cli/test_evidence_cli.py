@@ -40,3 +40,24 @@ def test_bad_input_is_a_clear_error(tmp_path):
     shutil.copy(default_policy_path(LEARNED_ONLINE), policy)
     proc = _evidence(str(policy), "--profiles", "mainframe")
     assert proc.returncode == 2 and "unknown profile" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_searchs_evidence_is_written_apart_from_the_models(tmp_path):
+    """``--search``: the search over the checkpoint is replayed and its figures go under
+    ``search_evidence`` with its arguments, beside the model's own evidence, which stays."""
+    policy = tmp_path / "p.pt"
+    shutil.copy(default_policy_path(LEARNED_ONLINE), policy)
+    _, before, _ = load_checkpoint(policy)
+    proc = _evidence(str(policy), "--profiles", "edge", "--quick", "--seeds", "2", "--jobs", "1",
+                     "--search", "candidates=2,horizon=2", "--write")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"lookahead[candidates=2,horizon=2,futures=1,seed=0]:{policy} seed" in proc.stderr
+    _, meta, _ = load_checkpoint(policy)
+    ev = meta["search_evidence"]
+    assert ev["search"] == "candidates=2,horizon=2,futures=1,seed=0"
+    assert ev["recipe"].endswith("--quick --search candidates=2,horizon=2,futures=1,seed=0")
+    assert len(ev["profiles"]["edge"]["trouble_score"]["values"]) == 2
+    assert meta["evidence"] == before["evidence"]
+    proc = _evidence(str(policy), "--search", "candidates=0")
+    assert proc.returncode == 2 and "--search 'candidates=0'" in proc.stderr
+    assert "Traceback" not in proc.stderr
