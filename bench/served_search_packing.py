@@ -7,7 +7,8 @@ scenario of the table (default ``packing/openb-default``: its test pods, 130% ar
 seeds) through the agent itself: each arriving pod is a filter and a prioritize request to a
 :class:`~fedsched.agent.serving.decider.Decider` (in process, no HTTP; early ranking on, as served;
 the roll-out gate off: the policy's own path is what is measured) whose cache holds every earlier
-placement; the node it picks is bound in the simulator and in the cache, on the GPUs the model
+placement, and is sent the nodes the pod fits (kube-scheduler's own filters run before the
+extender's); the node it picks is bound in the simulator and in the cache, on the GPUs the model
 chooses. The agent's safety filter runs too; packing mode has no usage model, so the cache's use
 is the pods' requests (a cluster without telemetry) and the default 90% thresholds would refuse
 every node 90% requested, which a packing cluster fills on purpose: ``--cpu-threshold`` and
@@ -31,6 +32,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from agent_quality import scenario_spec
 from harness.provenance import write_json
 
@@ -71,7 +73,10 @@ def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: 
             pod, _ = item
             uid = f"u-{sim.k}"
             obj = pod_to_json(pod, f"p-{sim.k}", nodes.models, uid=uid)
-            passed = decider.filter(obj, names).passed
+            # kube-scheduler's own filters (NodeResourcesFit) send the extender only the nodes the
+            # pod fits; the extender's filter is the safety filter on top
+            fits = np.flatnonzero(cache.state.feasible(pod))
+            passed = decider.filter(obj, [names[i] for i in fits]).passed if len(fits) else []
             if not passed:
                 sim.bind(Placement(-1))
                 continue
