@@ -19,6 +19,13 @@ Scenarios (``--variants``, ``--only``):
 - ``inventory/openb-all-<variant>``: the 1523-node openb cluster *with* its 310 CPU-only nodes,
   where keeping CPU-only pods off GPU nodes matters (a GPU node's CPU taken by a CPU-only pod
   strands its GPUs); judged by GPU and CPU allocation and failed pods.
+- ``cpubound/openb-<cseed>`` (``--cpubound``): inventories where CPU runs out before the GPUs,
+  built from the openb parts by construction seed ``cseed`` (:func:`cpu_bound_inventory`): half the
+  GPU nodes, drawn at random, keep one GPU; half the pods are CPU-only (the CPU-only pods of
+  ``cpu250`` and as many of its GPU pods, drawn at random); every pod is pinned to one GPU model,
+  drawn in proportion to the nodes of each model (where a node of that model can hold it). At 130%
+  of the GPU arrived, 97% of the CPU is taken. No policy was trained on it; which packing rule
+  allocates more depends on the construction (kube-default beats FGD on some, FGD beats it on others).
 
 Columns: the shipped ``learned`` policy (``common/data/policies/default.pt``: behaviour cloning of FGD
 on 200-node slices, then rollout-based improvement on 100-node slices; see
@@ -52,6 +59,7 @@ of another result (same seeds per scenario); the provenance of each part is kept
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -60,14 +68,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from harness.provenance import git_commit, machine, strict_json, write_json
 
+from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.metrics import HIGHER_IS_BETTER, METRICS, mean_ci95
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
 from fedsched.common.schedulers import LEARNED
 from fedsched.common.schedulers.lookahead import ARGS_PREFIX as LOOKAHEAD_ARGS_PREFIX
 from fedsched.common.schedulers.lookahead import PREFIX as LOOKAHEAD_PREFIX
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate, format_table
+from fedsched.common.sim.portfolio import PREFIX as BEST_OF_PREFIX
 
 PACKING_BASELINES = ["fgd", "best-fit", "kube-default", "dot-product", "gpu-packing", "gpu-clustering",
                      "random"]
@@ -88,19 +99,40 @@ REFERENCE_COLUMNS = ["fgd", "best-fit", "kube-default"]  # the paired difference
 def scenario_spec(name: str) -> EvalSpec:
     """``packing/openb-<variant>`` (GPU nodes) or ``inventory/openb-all-<variant>`` (all nodes)."""
     kind, rest = name.split("/", 1)
+    if kind == "cpubound" and rest.startswith("openb-") and rest.removeprefix("openb-").isdigit():
+        nodes, pods = cpu_bound_inventory(int(rest.removeprefix("openb-")))
+        return EvalSpec(nodes=nodes, pods=pods, policies=[], seeds=[], mode="packing",
+                        target_load=TARGET_LOAD, test_fraction=TEST_FRACTION)
     if kind == "packing" and rest.startswith("openb-"):
         node_file, variant = GPU_NODES, rest.removeprefix("openb-")
     elif kind == "inventory" and rest.startswith("openb-all-"):
         node_file, variant = ALL_NODES, rest.removeprefix("openb-all-")
     else:
-        raise ValueError(f"unknown scenario {name!r}: expected packing/openb-VARIANT or "
-                         "inventory/openb-all-VARIANT")
+        raise ValueError(f"unknown scenario {name!r}: expected packing/openb-VARIANT, "
+                         "inventory/openb-all-VARIANT or cpubound/openb-CSEED")
     nodes = load_nodes(builtin_trace(node_file))
     # gpuspec33 asks for more cores than some GPU models' nodes have: keep such pods (they fail,
     # for every policy alike), as the published protocol does.
     pods = load_pods(builtin_trace(f"openb_pod_list_{variant}.csv"), nodes, allow_oversized=True)
     return EvalSpec(nodes=nodes, pods=pods, policies=[], seeds=[], mode="packing", target_load=TARGET_LOAD,
                     test_fraction=TEST_FRACTION)
+
+
+def cpu_bound_inventory(cseed: int) -> tuple[NodeTable, PodTable]:
+    """The ``cpubound/openb-<cseed>`` cluster and pods (see the module docstring)."""
+    nodes = load_nodes(builtin_trace(GPU_NODES))
+    rng = np.random.default_rng(cseed)
+    nodes = dataclasses.replace(nodes, gpu=np.where(rng.random(len(nodes)) < 0.5, 1, nodes.gpu))
+    pods = load_pods(builtin_trace("openb_pod_list_cpu250.csv"), nodes, allow_oversized=True)
+    cpu_only = np.flatnonzero(pods.num_gpu == 0)
+    gpu_pods = rng.permutation(np.flatnonzero(pods.num_gpu > 0))[:len(cpu_only)]
+    pods = pods.select(np.sort(np.concatenate([cpu_only, gpu_pods])))
+    per_model = np.bincount(nodes.model[nodes.model >= 0], minlength=len(nodes.models)).astype(float)
+    model = rng.choice(len(nodes.models), size=len(pods), p=per_model / per_model.sum())
+    most_cpu = np.array([nodes.cpu[nodes.model == m].max(initial=0) for m in range(len(nodes.models))])
+    most_gpu = np.array([nodes.gpu[nodes.model == m].max(initial=0) for m in range(len(nodes.models))])
+    fits = (pods.cpu <= most_cpu[model]) & (pods.num_gpu <= most_gpu[model])
+    return nodes, dataclasses.replace(pods, spec_mask=np.where(fits, 1 << model, 0).astype(np.int64))
 
 
 def parse_policy(arg: str) -> tuple[str, str]:
@@ -118,8 +150,8 @@ def parse_policy(arg: str) -> tuple[str, str]:
 
 
 def named(path: str) -> bool:
-    """A column given by a registry name rather than a checkpoint file (the search)."""
-    return path.startswith((LOOKAHEAD_PREFIX, LOOKAHEAD_ARGS_PREFIX))
+    """A column given by a registry name rather than a checkpoint file (the search, a choice)."""
+    return path.startswith((LOOKAHEAD_PREFIX, LOOKAHEAD_ARGS_PREFIX, BEST_OF_PREFIX))
 
 
 def paired(res: dict[str, Any], a: str, b: str, metric: str) -> dict[str, Any]:
@@ -227,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inventory", default="default",
                     help="workload variants on the cluster with CPU-only nodes (default: %(default)s; "
                          "empty: none)")
+    ap.add_argument("--cpubound", default="1,7",
+                    help="construction seeds of the inventories where CPU runs out first (default: "
+                         "%(default)s; empty: none)")
     ap.add_argument("--only", help="comma-separated scenario name prefixes to run")
     ap.add_argument("--size-generalisation", nargs=2, metavar=("SLICE", "FULL"),
                     help="checkpoints trained on small slices and on the whole cluster: judged on "
@@ -260,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     size_scenarios = [s for s in args.size_scenarios.split(",") if s] if size_cols else []
     names = [f"packing/openb-{v}" for v in args.variants.split(",") if v]
     names += [f"inventory/openb-all-{v}" for v in args.inventory.split(",") if v]
+    names += [f"cpubound/openb-{int(c)}" for c in args.cpubound.split(",") if c.strip()]
     names += [s for s in size_scenarios if s not in names]
     if args.only:
         names = [n for n in names if any(n.startswith(o) for o in args.only.split(","))]

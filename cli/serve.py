@@ -102,6 +102,10 @@ OPTIONS: dict[str, tuple[type, Any, str]] = {
                           "place. It takes tens of ms per pod: raise --budget-ms and the Score plugin's "
                           "deadline. The gate judges it by its own evidence (fedsched evidence POLICY "
                           "--search ARGS --write)"),
+    "packing-check": (str, None, "serve the policy actively only where a packing simulation of the "
+                                 "pods asked for on this cluster's nodes allocates more with it than "
+                                 "with this baseline (e.g. kube-default; shadow mode otherwise), checked "
+                                 "again for each new model or node table once 256 pods have been asked for"),
     "scheduler-name": (str, "fedsched", "act on pods of this scheduler profile ('*': every pod)"),
     "cpu-threshold": (float, 0.9, "refuse nodes whose real CPU use is above this share"),
     "mem-threshold": (float, 0.9, "refuse nodes whose real memory use is above this share"),
@@ -250,7 +254,8 @@ def build_agent(opts: dict[str, Any]) -> Decider:
     gate = None if opts["gate"] == "off" else opts["gate"]
     cfg = DeciderConfig(opts["mode"], opts["budget-ms"], None if name == "*" else name, opts["seed"], safety,
                         gate, opts["gate-objective"], early_rank=not opts["no-early-rank"],
-                        assume=not opts["cluster-csv"], search=search_args(opts["search"]))
+                        assume=not opts["cluster-csv"], search=search_args(opts["search"]),
+                        packing_check=opts["packing-check"])
     cache.queue_scheduler = cfg.scheduler_name  # the pending queue the policy's queue feature counts
     decider = Decider(cache, models, cfg, metrics, weights_models)
     metrics.watch_telemetry(lambda: cache.last_telemetry, lambda: cache.telemetry_up)

@@ -67,6 +67,9 @@ EXCEPTIONS = {
     ("common.schedulers", "common.learning.scorers"):
         "make_scheduler resolves 'learned' and *.pt names to a policy; imported lazily inside the "
         "resolver so baselines never load torch",
+    ("common.schedulers", "common.sim.portfolio"):
+        "make_scheduler resolves 'best-of[...]' names, whose choice runs packing simulations; "
+        "imported lazily inside the resolver (the simulator itself imports the schedulers)",
 }
 
 _PKG = "|".join(PACKAGES)

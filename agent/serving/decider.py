@@ -66,14 +66,17 @@ from typing import Any
 import numpy as np
 
 from fedsched.agent.cluster.cache import EXCLUDE_LABEL, ClusterCache
+from fedsched.agent.serving.arrivals import ArrivalPool
 from fedsched.agent.serving.metrics import ServingMetrics
 from fedsched.agent.serving.model_store import LoadedModel, ModelStore
+from fedsched.agent.serving.packing_check import PackingCheck
 from fedsched.agent.serving.rollout_gate import OBJECTIVES, GateVerdict, gate
 from fedsched.agent.serving.search import ServingSearch
 from fedsched.common.learning.nets import WEIGHT_TERMS
 from fedsched.common.learning.scorers import WeightScheduler
 from fedsched.common.model.cluster import MILLI_PER_GPU, Pod
 from fedsched.common.model.profiles import PROFILES, cluster_profiles
+from fedsched.common.schedulers import BASELINES
 from fedsched.common.schedulers.base import NonFiniteScores, Ranking, Scheduler, rank
 from fedsched.common.schedulers.kube_default import kube_default_scores
 from fedsched.common.schedulers.lookahead import Lookahead, LookaheadArgs
@@ -122,6 +125,9 @@ class DeciderConfig:
     assume: bool = False
     # The decision-time search over the model's best candidates (agent/serving/search.py); None: off.
     search: LookaheadArgs | None = None
+    # Serve actively only where a packing simulation of this cluster says the model packs more than
+    # this baseline (agent/serving/packing_check.py, e.g. "kube-default"); None: off.
+    packing_check: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -133,6 +139,9 @@ class DeciderConfig:
                              f"got {self.gate_objective!r}")
         if not self.budget_ms > 0:
             raise ValueError(f"budget_ms must be positive, got {self.budget_ms}")
+        if self.packing_check is not None and self.packing_check not in BASELINES:
+            raise ValueError(f"the packing check compares with a baseline ({', '.join(sorted(BASELINES))}), "
+                             f"got {self.packing_check!r}")
 
 
 @dataclass
@@ -246,7 +255,18 @@ class Decider:
         self._early: _EarlyRanking | None = None
         self._rng_uses = 0  # rankings whose tie-break draws were kept (the stream's position)
         self._profile_of: tuple[Any, tuple[str, ...]] = (None, ())
-        self.search = ServingSearch(self.cfg.search) if self.cfg.search is not None else None
+        need_arrivals = self.cfg.search is not None or self.cfg.packing_check is not None
+        self.arrivals = ArrivalPool() if need_arrivals else None
+        self.search = None
+        if self.cfg.search is not None:
+            self.search = ServingSearch(self.cfg.search, arrivals=self.arrivals)
+        self.packing_check: PackingCheck | None = None
+        if self.cfg.packing_check is not None and self.arrivals is not None:
+            against = self.cfg.packing_check
+            self.packing_check = PackingCheck(self.arrivals, against, on_verdict=lambda v: (
+                self.metrics.set_packing_check(v.model_version, v.policy, against, v.against)))
+            log.info("packing check on: the model is served actively only where a packing simulation of "
+                     "the pods asked for on this cluster's nodes allocates more than with %s", against)
         if self.search is not None:
             log.info("decision-time search on (%s): arrivals drawn from the last %d pods asked for, once "
                      "%d have been", self.search.spec, self.search.max_pool, self.search.min_pool)
@@ -281,7 +301,16 @@ class Decider:
     def mode_for(self, model: LoadedModel) -> str:
         """The mode this model is served in: ``cfg.mode``, or shadow where the roll-out gate
         refuses it on this cluster's profile (the verdict is logged and exported once per model
-        and profile)."""
+        and profile) or where the packing check's simulation of this cluster says the model packs
+        no more than the scheduler it replaces."""
+        mode = self._gate_mode(model)
+        if mode == "active" and self.packing_check is not None:
+            v = self.packing_check.verdict(model, self.cache.table)
+            if v is not None and not v.active:
+                return "shadow"
+        return mode
+
+    def _gate_mode(self, model: LoadedModel) -> str:
         if self.cfg.mode == "shadow" or self.cfg.gate is None:
             return self.cfg.mode
         profiles = self._profiles() if self.cfg.gate == "auto" else (self.cfg.gate,)
@@ -329,8 +358,8 @@ class Decider:
             return FilterAnswer(list(names), {}, {})
         pod = self.cache.pod(pod_obj)  # a pod we cannot read is the caller's error (ObjectError)
         self._new_attempt(pod_obj)
-        if self.search is not None:
-            self.search.record(_uid(pod_obj), pod)
+        if self.arrivals is not None:
+            self.arrivals.record(_uid(pod_obj), pod)
         s = self.cfg.safety
         now = time.time() if now is None else now
         cache = self.cache
@@ -487,8 +516,8 @@ class Decider:
             return Decision(list(names), [0] * len(names), "neutral", model_version=model.version)
         pod = self.cache.pod(pod_obj)
         self._new_attempt(pod_obj)
-        if self.search is not None:
-            self.search.record(_uid(pod_obj), pod)
+        if self.arrivals is not None:
+            self.arrivals.record(_uid(pod_obj), pod)
         cache = self.cache
         early = self._take_early(pod_obj, pod, names, model, t0) if self._early is not None else None
         for _ in range(2):  # once more if the node table was rebuilt meanwhile (the ids changed)

@@ -88,6 +88,14 @@ class ServingMetrics:
         self.model_info = Gauge(
             "fedsched_model_info", "The model in use (value 1)", ["model_version", "path"], registry=r
         )
+        self.packing_check = Gauge(
+            "fedsched_packing_check_allocation_percent",
+            "Packing check (--packing-check): the allocation (%) a packing simulation of the pods asked "
+            "for on this cluster's nodes reaches with the model (scheduler=policy) and with the "
+            "scheduler it replaces; the model is served in shadow mode unless its figure is higher",
+            ["model_version", "scheduler"],
+            registry=r,
+        )
         self.policy_active = Gauge(
             "fedsched_policy_active",
             "Roll-out gate: 1 when the model is served actively on this cluster's profile, 0 in "
@@ -182,6 +190,12 @@ class ServingMetrics:
         self.policy_active.clear()
         self.policy_active.labels(model_version=version, profile=profile, reason=reason).set(
             1 if active else 0)
+
+    def set_packing_check(self, version: str, policy: float, against_name: str, against: float) -> None:
+        """The packing check's latest verdict (the previous model's figures are dropped)."""
+        self.packing_check.clear()
+        self.packing_check.labels(model_version=version, scheduler="policy").set(policy)
+        self.packing_check.labels(model_version=version, scheduler=against_name).set(against)
 
     def set_model(self, version: str, path: str) -> None:
         self.model_info.clear()

@@ -4,7 +4,9 @@
 register themselves here too, and a checkpoint path resolves to its policy).
 
 May import: ``fedsched.common.model``; ``fedsched.common.learning.scorers`` only lazily, inside
-the resolver of learned policies (baselines never load torch).
+the resolver of learned policies (baselines never load torch), and ``fedsched.common.sim.portfolio``
+only lazily, inside the resolver of ``best-of[...]`` (its choice simulates; the simulator imports
+this package).
 """
 
 from __future__ import annotations
@@ -118,9 +120,24 @@ def split_names(text: str) -> list[str]:
     return [n for n in names if n]
 
 
+def _best_of(name: str, ctx: SchedulerContext) -> Scheduler | None:
+    """``best-of[a,b,...]``: the member whose packing simulation of ``ctx.train_pods`` on the
+    cluster allocates most (the simulator is imported only here)."""
+    if not name.startswith("best-of["):
+        return None
+    from fedsched.common.sim import portfolio
+
+    parsed = portfolio.parse_name(name)
+    assert parsed is not None
+    members, args = parsed
+    sched = portfolio.BestOf(ctx, members, args)
+    sched.name = name
+    return sched
+
+
 # Resolvers for names that are not baselines (e.g. checkpoint paths of learned policies).
 # The search first: its names end in its base's name, which may be a checkpoint path ("*.pt").
-RESOLVERS: list[Callable[[str, SchedulerContext], Scheduler | None]] = [_lookahead, _checkpoint]
+RESOLVERS: list[Callable[[str, SchedulerContext], Scheduler | None]] = [_best_of, _lookahead, _checkpoint]
 
 
 def make_scheduler(name: str, ctx: SchedulerContext | None = None,
@@ -142,7 +159,8 @@ def make_scheduler(name: str, ctx: SchedulerContext | None = None,
             return sched
     raise ValueError(f"unknown policy {name!r}; baselines: {', '.join(sorted(BASELINES))}, "
                      f"{', '.join(map(repr, SHIPPED))} (shipped policies), a checkpoint path (*.pt) or "
-                     f"{LOOKAHEAD_PREFIX}<any of these> (the decision-time search)")
+                     f"{LOOKAHEAD_PREFIX}<any of these> (the decision-time search) or "
+                     f"best-of[<name>,<name>,...] (the one whose packing simulation allocates most)")
 
 
 __all__ = [

@@ -38,6 +38,8 @@ def fedsched(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
             ["--policy", "learned", "--cluster-csv", NODES, "--insecure", "--cpu-threshold", "1.5"],
             "cpu_threshold",
         ),
+        (["--policy", "learned", "--cluster-csv", NODES, "--insecure", "--packing-check", "lookahead:fgd"],
+         "the packing check compares with a baseline"),
     ],
 )
 def test_bad_options_are_refused_with_a_clear_message(args, message):

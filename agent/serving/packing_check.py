@@ -1,0 +1,136 @@
+"""The packing check (``fedsched serve --packing-check``): the policy is served actively only where
+a simulation of this cluster says it packs more than the scheduler it replaces.
+
+Which packing rule allocates more depends on the inventory and the workload: on the openb GPU
+cluster the learned packing policy and FGD allocate more GPU than kube-default, but on inventories
+where CPU runs out before the GPUs kube-default's spreading can allocate several points more than
+both. The check replays the pods this agent was asked to place (its
+:class:`~fedsched.agent.serving.arrivals.ArrivalPool`) on this cluster's node table in the
+packing benchmark's own simulation (:func:`fedsched.common.sim.portfolio.simulated_allocation`:
+arrivals until 130% of the measured resource, ``seeds`` workloads), once with the served model and
+once with ``against`` (kube-default: what the agent answers in shadow mode). The model stays
+active only when its simulation allocates strictly more; otherwise the decider serves in shadow
+mode (default scores, the policy logged). It is the choice ``best-of[<against>,<model>]`` makes
+in the benchmark.
+
+The simulations run on a thread of their own: no request waits for them. A verdict holds for its
+model version and node table; a new model or a changed node table (a node added or removed) is
+simulated again once the pool holds ``min_pool`` pods, one simulation at a time. Until a model's
+first verdict the roll-out gate's mode stands; while a changed table is simulated, the model's
+last verdict stands. A simulation that fails is logged, leaves the gate's mode and is not retried
+for that model and table.
+
+May import: ``fedsched.common``, the serving model store and the arrival pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fedsched.agent.serving.arrivals import ArrivalPool
+from fedsched.agent.serving.model_store import LoadedModel
+from fedsched.common.model.cluster import NodeTable, PodTable
+from fedsched.common.schedulers import BASELINES, make_scheduler
+from fedsched.common.sim.portfolio import simulated_allocation
+
+log = logging.getLogger("fedsched.serve")
+
+MIN_POOL = 256  # pods asked for before the first simulation
+SEEDS = 2  # simulated workloads per scheduler
+KEPT = 8  # model versions whose verdicts are kept (a federation reloads a new one every round)
+
+
+@dataclass(frozen=True)
+class PackingVerdict:
+    """One check of a model on a node table: simulated allocation (%) of the model and of the
+    scheduler it replaces, and whether the model is served actively."""
+
+    model_version: str
+    policy: float
+    against: float
+    pods: int
+    nodes: int
+
+    @property
+    def active(self) -> bool:
+        return self.policy > self.against
+
+    def reason(self, against: str) -> str:
+        return (f"packing simulation of {self.pods} pods asked for on this cluster's {self.nodes} nodes: "
+                f"the policy allocates {self.policy:.2f}%, {against} {self.against:.2f}%")
+
+
+class PackingCheck:
+    """See the module doc. ``on_verdict`` is called (on the check's thread) with each new verdict."""
+
+    def __init__(self, arrivals: ArrivalPool, against: str = "kube-default", seeds: int = SEEDS,
+                 min_pool: int = MIN_POOL,
+                 on_verdict: Callable[[PackingVerdict], None] | None = None) -> None:
+        if against not in BASELINES:
+            raise ValueError(f"the packing check compares with a baseline ({', '.join(sorted(BASELINES))}), "
+                             f"got {against!r}")
+        if not 1 <= seeds <= 16 or min_pool < 1:
+            raise ValueError(f"the packing check needs 1 <= seeds <= 16 and min_pool >= 1, "
+                             f"got {seeds} and {min_pool}")
+        self.arrivals, self.against, self.seeds, self.min_pool = arrivals, against, seeds, min_pool
+        self.on_verdict = on_verdict
+        self._lock = threading.Lock()
+        # model version -> (node table simulated, its verdict or None when the simulation failed)
+        self._done: dict[str, tuple[NodeTable, PackingVerdict | None]] = {}
+        self._thread: threading.Thread | None = None
+
+    def verdict(self, model: LoadedModel, nodes: NodeTable) -> PackingVerdict | None:
+        """The model's verdict on ``nodes`` (its last one while ``nodes`` is being simulated; None
+        before its first); starts the simulation when it is due. Cheap: called per decision."""
+        with self._lock:
+            done = self._done.get(model.version)
+            if done is not None and done[0] is nodes:
+                return done[1]
+            last = done[1] if done is not None else None
+            if (self._thread is not None and self._thread.is_alive()) or model.make_scheduler is None:
+                return last
+            if len(self.arrivals) < self.min_pool:
+                return last
+            pool = self.arrivals.pool()
+            if pool is None:
+                return last
+            self._thread = threading.Thread(target=self._simulate, args=(model, nodes, pool),
+                                            name="fedsched-packing-check", daemon=True)
+            self._thread.start()
+            return last
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the running simulation (if any) is over."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
+
+    def _simulate(self, model: LoadedModel, nodes: NodeTable, pool: PodTable) -> None:
+        make = model.make_scheduler
+        assert make is not None
+        try:
+            policy = simulated_allocation(nodes, pool, lambda _ctx: make(), self.seeds)
+            against = simulated_allocation(nodes, pool, lambda ctx: make_scheduler(self.against, ctx),
+                                           self.seeds)
+        except Exception:
+            log.exception("packing check: the simulation of model %s failed; the roll-out gate's mode stands",
+                          model.version)
+            self._keep(model.version, (nodes, None))
+            return
+        v = PackingVerdict(model.version, policy, against, len(pool), len(nodes))
+        self._keep(model.version, (nodes, v))
+        (log.info if v.active else log.warning)(
+            "packing check: model %s %s: %s", model.version,
+            "stays active" if v.active else "served in shadow mode", v.reason(self.against))
+        if self.on_verdict is not None:
+            self.on_verdict(v)
+
+    def _keep(self, version: str, done: tuple[NodeTable, PackingVerdict | None]) -> None:
+        with self._lock:
+            self._done.pop(version, None)
+            self._done[version] = done
+            while len(self._done) > KEPT:
+                self._done.pop(next(iter(self._done)))

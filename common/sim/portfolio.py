@@ -1,0 +1,140 @@
+"""Choosing a packing scheduler by simulating the cluster's own pods on its own nodes.
+
+Which packing rule allocates more depends on the inventory and the workload: on the openb GPU
+cluster FGD allocates more GPU than kube-default; on an inventory where CPU runs out before the
+GPUs and pods are pinned to GPU models, kube-default's spreading can allocate more than FGD's
+packing, and on another such inventory FGD wins by more. No fixed rule is the better of the two
+everywhere. ``best-of[<name>,<name>,...]`` (:class:`BestOf`) picks, for each cluster it is asked
+to place pods on, the member whose packing simulation (:func:`fedsched.common.sim.packing.run_packing`,
+the benchmark's own protocol) of the scheduler's pods (``SchedulerContext.train_pods``: the pods
+it may learn from) on that cluster's node table allocates the most of the measured resource (GPU
+on a cluster with GPUs, CPU otherwise), averaged over ``BestOfArgs.seeds`` workloads; ties go to
+the member listed first. From then on every decision is the chosen member's.
+
+The simulations start from an empty cluster with the live node table: the choice is about the
+inventory and the workload, not the moment. They run once per node table (a changed table, a
+node added or removed, is simulated again) and cost ``members x seeds`` packing runs.
+
+Registry names: ``best-of[fgd,kube-default]`` (the defaults), ``best-of[fgd,kube-default;seeds=3]``;
+any registry name is a member, ``lookahead:best-of[...]`` searches over the choice.
+
+May import: ``fedsched.common.model``, ``fedsched.common.schedulers`` and this package's packing
+simulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedsched.common.model.cluster import ClusterState, NodeTable, Pod, PodTable
+from fedsched.common.schedulers import Scheduler, SchedulerArgs, SchedulerContext, make_scheduler, split_names
+from fedsched.common.schedulers.base import check_int
+from fedsched.common.sim.packing import run_packing
+
+PREFIX = "best-of["
+SIM_TARGET_LOAD = 1.3  # the simulated workload: the packing protocol's 130% of capacity arrived
+MAX_MEMBERS = 8
+
+
+@dataclass(frozen=True)
+class BestOfArgs(SchedulerArgs):
+    """The choice's arguments."""
+
+    seeds: int = 2
+    """simulated workloads per member (their allocation is averaged); in [1, 16]"""
+
+    def __post_init__(self) -> None:
+        check_int(self, "seeds", 1, 16)
+
+
+def parse_name(name: str) -> tuple[list[str], BestOfArgs] | None:
+    """``(members, args)`` of ``best-of[a,b,...]`` or ``best-of[a,b,...;seeds=N]``; None for other
+    names. Fewer than two members, more than :data:`MAX_MEMBERS`, a repeated member, a member that
+    is itself a choice or an unknown argument is a ``ValueError`` that says which."""
+    if not name.startswith(PREFIX):
+        return None
+    if not name.endswith("]"):
+        raise ValueError(f"{name!r}: expected {PREFIX}<name>,<name>,...] e.g. {PREFIX}fgd,kube-default]")
+    inner = name[len(PREFIX):-1]
+    names, _, opts = inner.partition(";")
+    members = split_names(names)
+    if len(members) < 2:
+        raise ValueError(f"{name!r}: the choice needs at least two scheduler names")
+    if len(members) > MAX_MEMBERS:
+        raise ValueError(f"{name!r}: at most {MAX_MEMBERS} members, got {len(members)}")
+    if len(set(members)) != len(members):
+        raise ValueError(f"{name!r}: a member is named twice")
+    if any(PREFIX in m for m in members):
+        raise ValueError(f"{name!r}: a member may not be a choice itself")
+    values: dict[str, int] = {}
+    for item in opts.split(",") if opts.strip() else []:
+        key, eq, value = (x.strip() for x in item.partition("="))
+        if key != "seeds" or not eq or key in values:
+            raise ValueError(f"{name!r}: {item!r} is not seeds=N (once)")
+        try:
+            values[key] = int(value)
+        except ValueError:
+            raise ValueError(f"{name!r}: seeds must be an integer, got {value!r}") from None
+    try:
+        return members, BestOfArgs(**values)
+    except ValueError as e:
+        raise ValueError(f"{name!r}: {e}") from None
+
+
+def simulated_allocation(nodes: NodeTable, pool: PodTable, make: Callable[[SchedulerContext], Scheduler],
+                         seeds: int) -> float:
+    """The allocation (% of the measured resource) a scheduler reaches in the packing protocol's
+    runs (130% arrived, :func:`run_packing`) with pods drawn from ``pool`` on ``nodes``, averaged over
+    workload seeds ``0 .. seeds-1``; ``make`` builds a fresh scheduler per run (a live scheduler's
+    caches belong to its live state)."""
+    allocs = []
+    for s in range(seeds):
+        sched = make(SchedulerContext(train_pods=pool, rng=np.random.default_rng(s)))
+        res = run_packing(nodes, pool, sched, target_load=SIM_TARGET_LOAD, seed=s)
+        allocs.append(float(res.alloc_pct[-1]) if len(res.alloc_pct) else 0.0)
+    return float(np.mean(allocs))
+
+
+class BestOf(Scheduler):
+    """Every decision by the member whose packing simulation of the pods on this cluster allocates
+    most (see the module docstring); ``chosen`` names it once a cluster has been seen, and
+    ``simulated`` holds each member's mean simulated allocation (%)."""
+
+    name = "best-of"
+    Args = BestOfArgs
+    args: BestOfArgs
+
+    def __init__(self, ctx: SchedulerContext | None, members: list[str],
+                 args: BestOfArgs | None = None) -> None:
+        super().__init__(ctx, args)
+        if self.ctx.train_pods is None or len(self.ctx.train_pods) == 0:
+            raise ValueError("best-of needs the pods it may learn from to simulate its members")
+        self.members = list(members)
+        self.schedulers = [make_scheduler(m, self.ctx) for m in self.members]  # unknown names fail here
+        self._table: NodeTable | None = None
+        self._pick = 0
+        self.simulated: dict[str, float] = {}
+
+    @property
+    def chosen(self) -> str | None:
+        return self.members[self._pick] if self._table is not None else None
+
+    def _choose(self, nodes: NodeTable) -> Scheduler:
+        if nodes is not self._table:
+            pool = self.ctx.train_pods
+            assert pool is not None
+            self.simulated = {
+                m: simulated_allocation(nodes, pool, lambda ctx, m=m: make_scheduler(m, ctx), self.args.seeds)
+                for m in self.members}
+            self._pick = int(np.argmax([self.simulated[m] for m in self.members]))  # first of equals
+            self._table = nodes
+        return self.schedulers[self._pick]
+
+    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
+        return self._choose(state.nodes).score(state, pod, nodes)
+
+    def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:
+        return self._choose(state.nodes).select_gpus(state, pod, node)

@@ -1,0 +1,150 @@
+"""The packing check (``fedsched serve --packing-check``): a model stays active only where the
+benchmark's packing simulation of the pods asked for, on the cache's own node table, allocates more
+with it than with the scheduler it replaces; verdicts per model and node table, on a thread of
+their own, figures equal to the benchmark's own simulation."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedsched.agent.cluster.cache import ClusterCache
+from fedsched.agent.cluster.k8s_objects import pod_to_json
+from fedsched.agent.serving.arrivals import ArrivalPool
+from fedsched.agent.serving.decider import Decider, DeciderConfig
+from fedsched.agent.serving.model_store import LoadedModel, ModelStore
+from fedsched.agent.serving.packing_check import PackingCheck
+from fedsched.common.model.cluster import Pod
+from fedsched.common.schedulers import SchedulerContext, make_scheduler
+from fedsched.common.sim.portfolio import simulated_allocation
+from tests.common.schedulers.sched_testkit import nodes, pod_table
+
+# Four 2-GPU nodes; single-GPU pods and whole-node pods: packing the single-GPU pods (FGD) keeps
+# nodes whole for the 2-GPU pods, spreading them (kube-default) does not.
+CLUSTER = nodes(cpu=[16000] * 4, gpu=[2] * 4)
+POOL = pod_table([(2000, 1024, 1, 1000)] * 6 + [(4000, 2048, 2, 1000)] * 6)
+
+
+def as_model(name: str) -> LoadedModel:
+    """A baseline served as if it were a model (what the check needs of a model: a second scorer)."""
+    def make():
+        return make_scheduler(name, SchedulerContext(train_pods=POOL))
+
+    return LoadedModel(make(), name, "", 0.0, make_scheduler=make)
+
+
+def filled(n: int) -> ArrivalPool:
+    arrivals = ArrivalPool(max_pool=64, min_pool=1)
+    for i in range(n):
+        arrivals.record(f"u{i}", Pod.from_table(POOL, i % len(POOL)))
+    return arrivals
+
+
+@pytest.mark.parametrize(("served", "against", "active"), [("fgd", "kube-default", True),
+                                                          ("kube-default", "fgd", False),
+                                                          ("fgd", "fgd", False)])  # a tie is not more
+def test_the_verdict_is_the_benchmarks_simulation_of_both_on_the_node_table(served, against, active):
+    arrivals = filled(len(POOL))
+    check = PackingCheck(arrivals, against, seeds=2, min_pool=len(POOL))
+    model = as_model(served)
+    assert check.verdict(model, CLUSTER) is None  # started, not yet known
+    check.wait(60)
+    v = check.verdict(model, CLUSTER)
+    assert v is not None and v.active is active and (v.pods, v.nodes) == (len(POOL), 4)
+    pool = arrivals.pool()
+    for figure, name in ((v.policy, served), (v.against, against)):
+        again = simulated_allocation(CLUSTER, pool, lambda c, n=name: make_scheduler(n, c), 2)
+        assert figure == pytest.approx(again)
+    assert against in v.reason(against) and f"{v.policy:.2f}%" in v.reason(against)
+
+
+def test_nothing_runs_before_min_pool_and_each_model_and_table_is_simulated_once(monkeypatch):
+    from fedsched.agent.serving import packing_check
+
+    runs = []
+    real = packing_check.simulated_allocation
+    monkeypatch.setattr(packing_check, "simulated_allocation",
+                        lambda nodes_, *a: runs.append(nodes_) or real(nodes_, *a))
+    arrivals = filled(5)
+    check = PackingCheck(arrivals, "kube-default", seeds=1, min_pool=6)
+    fgd = as_model("fgd")
+    assert check.verdict(fgd, CLUSTER) is None and runs == []  # 5 pods asked for: too few
+    arrivals.record("u5", Pod.from_table(POOL, 5))
+    check.verdict(fgd, CLUSTER)
+    check.wait(60)
+    first = check.verdict(fgd, CLUSTER)
+    assert first is not None and runs == [CLUSTER, CLUSTER]
+    assert check.verdict(fgd, CLUSTER) is first and len(runs) == 2  # known: not simulated again
+    grown = nodes(cpu=[16000] * 5, gpu=[2] * 5)
+    assert check.verdict(fgd, grown) is first  # the last verdict stands while the new table runs
+    check.wait(60)
+    assert check.verdict(fgd, grown) is not first and runs[2:] == [grown, grown]
+    kd = as_model("kube-default")
+    assert check.verdict(kd, grown) is None  # another model: its own verdict
+    check.wait(60)
+    assert check.verdict(kd, grown) is not None and len(runs) == 6
+
+
+def test_a_failing_simulation_leaves_the_gates_mode_and_is_not_retried(monkeypatch):
+    from fedsched.agent.serving import packing_check
+
+    calls = []
+
+    def broken(*_a):
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(packing_check, "simulated_allocation", broken)
+    check = PackingCheck(filled(12), "kube-default", seeds=1, min_pool=1)
+    model = as_model("fgd")
+    check.verdict(model, CLUSTER)
+    check.wait(60)
+    assert check.verdict(model, CLUSTER) is None and check.verdict(model, CLUSTER) is None and calls == [1]
+
+
+@pytest.mark.parametrize(("kw", "msg"), [({"against": "lookahead:fgd"}, "compares with a baseline"),
+                                         ({"against": "learned"}, "compares with a baseline"),
+                                         ({"seeds": 0}, "seeds"), ({"min_pool": 0}, "min_pool")])
+def test_bad_arguments_are_refused(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        PackingCheck(ArrivalPool(), **kw)
+    if "against" in kw:
+        with pytest.raises(ValueError, match=msg):
+            DeciderConfig(packing_check=kw["against"])
+
+
+@pytest.mark.parametrize(("against", "active"), [("fgd", False), ("random", True)])
+def test_the_decider_serves_the_checks_verdict_and_exports_its_figures(against, active):
+    """The shipped packing policy served with the check: its figures are the benchmark's simulation
+    of the pods the decider was asked for on the cache's node table, the mode follows the verdict,
+    and the answer is the policy's or the default's. On this cluster the policy packs every pod
+    (100%): FGD ties it (no more: shadow), random scoring strands 2-GPU pods (active)."""
+    cache = ClusterCache.from_table(CLUSTER)
+    cfg = DeciderConfig(gate=None, budget_ms=60_000.0, packing_check=against)
+    d = Decider(cache, ModelStore("learned"), cfg)
+    assert d.packing_check is not None and d.search is None
+    d.packing_check.min_pool = d.arrivals.min_pool = len(POOL)
+    names = list(CLUSTER.names)
+    model = d.models.current
+    for i in range(len(POOL)):
+        obj = pod_to_json(Pod.from_table(POOL, i), f"p-{i}", CLUSTER.models, uid=f"u-{i}")
+        d.filter(obj, names)  # pods asked for are recorded; nothing is bound
+    assert d.mode_for(model) == "active"  # the first verdict is being simulated: the gate's mode
+    d.packing_check.wait(120)
+    v = d.packing_check.verdict(model, cache.table)
+    assert v is not None and v.active is active
+    pool = d.arrivals.pool()
+    policy = simulated_allocation(cache.table, pool, lambda _c: model.make_scheduler(), 2)
+    assert v.policy == pytest.approx(policy)
+    baseline = simulated_allocation(cache.table, pool, lambda c: make_scheduler(against, c), 2)
+    assert v.against == pytest.approx(baseline)
+    assert d.mode_for(model) == ("active" if v.policy > v.against else "shadow")
+    sample = d.metrics.registry.get_sample_value
+    assert sample("fedsched_packing_check_allocation_percent",
+                  {"model_version": model.version, "scheduler": "policy"}) == pytest.approx(v.policy)
+    assert sample("fedsched_packing_check_allocation_percent",
+                  {"model_version": model.version, "scheduler": against}) == pytest.approx(v.against)
+    obj = pod_to_json(Pod.from_table(POOL, 0), "p-last", CLUSTER.models, uid="u-last")
+    d.filter(obj, names)
+    dec = d.prioritize(obj, names)
+    # active: the policy answers; shadow: the default scores answer, the policy's pick only logged
+    assert (dec.source, dec.reason) == (("policy", "") if v.active else ("fallback", "shadow"))
