@@ -2,7 +2,8 @@
 by an explicit ``--host`` (the agent's default is loopback), bounds its connections with the
 chart's ``extender.connections`` values and its learned nodes with ``extender.maxLearnedNodes``,
 and allows the admin verbs to the client-certificate names in ``extender.adminClients`` only;
-``extender.search`` turns on the decision-time search; every rendered flag is read by ``fedsched
+``extender.search`` turns on the decision-time search and ``extender.packingCheck`` the packing
+check; every rendered flag is read by ``fedsched
 serve``'s own parser."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bench.harness.charts import AGENT, documents, fullname, load_values, one
+from bench.harness.charts import AGENT, CHARTS, documents, fullname, load_values, one
 from fedsched.cli import serve
 from tests.charts.chart_support import argv, container, merge, render
 
@@ -64,6 +65,8 @@ def test_connection_bounds_and_admin_clients_from_the_values() -> None:
     {"search": "candidates=4;horizon=10"},
     {"search": "candidates=4 --gate=off"},
     {"search": 4},
+    {"packingCheck": "lookahead:fgd"},
+    {"packingCheck": "kube-default --gate=off"},
 ])
 def test_the_schema_refuses_bad_bounds_and_admin_names(bad: dict[str, Any]) -> None:
     with pytest.raises(Exception, match="extender"):
@@ -80,3 +83,18 @@ def test_the_search_is_off_by_default_and_reaches_the_agent_as_given() -> None:
     assert opts["budget-ms"] == 100
     opts = extender_options(merge(load_values(AGENT, DEFAULTS), {"extender": {"search": "default"}}))
     assert serve.search_args(opts["search"]) == LookaheadArgs()
+
+
+def test_the_packing_check_is_off_by_default_and_the_schema_lists_exactly_the_baselines() -> None:
+    import json
+
+    from fedsched.agent.serving.decider import DeciderConfig
+    from fedsched.common.schedulers import BASELINES
+
+    assert extender_options(load_values(AGENT, DEFAULTS))["packing-check"] is None
+    values = merge(load_values(AGENT, DEFAULTS), {"extender": {"packingCheck": "kube-default"}})
+    opts = extender_options(values)
+    assert DeciderConfig(packing_check=opts["packing-check"]).packing_check == "kube-default"
+    schema = json.loads((CHARTS / AGENT / "values.schema.json").read_text())
+    enum = schema["properties"]["extender"]["properties"]["packingCheck"]["enum"]
+    assert set(enum) == {"", *BASELINES}
