@@ -15,7 +15,9 @@ in the benchmark.
 
 The simulations run on a thread of their own: no request waits for them. A verdict holds for its
 model version and node table; a new model or a changed node table (a node added or removed) is
-simulated again once the pool holds ``min_pool`` pods, one simulation at a time. Until a model's
+simulated again once the pool holds ``min_pool`` pods, one simulation at a time, and a changed
+table at most every ``min_interval_s`` after the last simulation ended (a cluster whose nodes come
+and go every minute would otherwise keep a core busy simulating). Until a model's
 first verdict the roll-out gate's mode stands; while a changed table is simulated, the model's
 last verdict stands. A simulation that fails is logged, leaves the gate's mode and is not retried
 for that model and table.
@@ -26,7 +28,9 @@ May import: ``fedsched.common``, the serving model store and the arrival pool.
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,6 +44,7 @@ log = logging.getLogger("fedsched.serve")
 
 MIN_POOL = 256  # pods asked for before the first simulation
 SEEDS = 2  # simulated workloads per scheduler
+MIN_INTERVAL_S = 600.0  # a changed node table is simulated again at most this often (autoscaling churn)
 KEPT = 8  # model versions whose verdicts are kept (a federation reloads a new one every round)
 
 
@@ -67,7 +72,7 @@ class PackingCheck:
     """See the module doc. ``on_verdict`` is called (on the check's thread) with each new verdict."""
 
     def __init__(self, arrivals: ArrivalPool, against: str = "kube-default", seeds: int = SEEDS,
-                 min_pool: int = MIN_POOL,
+                 min_pool: int = MIN_POOL, min_interval_s: float = MIN_INTERVAL_S,
                  on_verdict: Callable[[PackingVerdict], None] | None = None) -> None:
         if against not in BASELINES:
             raise ValueError(f"the packing check compares with a baseline ({', '.join(sorted(BASELINES))}), "
@@ -76,7 +81,9 @@ class PackingCheck:
             raise ValueError(f"the packing check needs 1 <= seeds <= 16 and min_pool >= 1, "
                              f"got {seeds} and {min_pool}")
         self.arrivals, self.against, self.seeds, self.min_pool = arrivals, against, seeds, min_pool
+        self.min_interval_s = min_interval_s
         self.on_verdict = on_verdict
+        self._ended = -math.inf  # time.monotonic() when the last simulation ended
         self._lock = threading.Lock()
         # model version -> (node table simulated, its verdict or None when the simulation failed)
         self._done: dict[str, tuple[NodeTable, PackingVerdict | None]] = {}
@@ -93,6 +100,8 @@ class PackingCheck:
             if (self._thread is not None and self._thread.is_alive()) or model.make_scheduler is None:
                 return last
             if len(self.arrivals) < self.min_pool:
+                return last
+            if done is not None and time.monotonic() - self._ended < self.min_interval_s:
                 return last
             pool = self.arrivals.pool()
             if pool is None:
@@ -130,6 +139,7 @@ class PackingCheck:
 
     def _keep(self, version: str, done: tuple[NodeTable, PackingVerdict | None]) -> None:
         with self._lock:
+            self._ended = time.monotonic()
             self._done.pop(version, None)
             self._done[version] = done
             while len(self._done) > KEPT:

@@ -65,7 +65,7 @@ def test_nothing_runs_before_min_pool_and_each_model_and_table_is_simulated_once
     monkeypatch.setattr(packing_check, "simulated_allocation",
                         lambda nodes_, *a: runs.append(nodes_) or real(nodes_, *a))
     arrivals = filled(5)
-    check = PackingCheck(arrivals, "kube-default", seeds=1, min_pool=6)
+    check = PackingCheck(arrivals, "kube-default", seeds=1, min_pool=6, min_interval_s=0.0)
     fgd = as_model("fgd")
     assert check.verdict(fgd, CLUSTER) is None and runs == []  # 5 pods asked for: too few
     arrivals.record("u5", Pod.from_table(POOL, 5))
@@ -82,6 +82,22 @@ def test_nothing_runs_before_min_pool_and_each_model_and_table_is_simulated_once
     assert check.verdict(kd, grown) is None  # another model: its own verdict
     check.wait(60)
     assert check.verdict(kd, grown) is not None and len(runs) == 6
+
+
+def test_a_changed_node_table_waits_for_the_interval_but_a_new_model_does_not():
+    check = PackingCheck(filled(12), "kube-default", seeds=1, min_pool=1, min_interval_s=3600.0)
+    fgd = as_model("fgd")
+    check.verdict(fgd, CLUSTER)
+    check.wait(60)
+    first = check.verdict(fgd, CLUSTER)
+    grown = nodes(cpu=[16000] * 5, gpu=[2] * 5)
+    assert first is not None and check.verdict(fgd, grown) is first
+    check.wait(60)
+    assert check.verdict(fgd, grown) is first  # nothing was started: too soon after the last
+    kd = as_model("kube-default")
+    check.verdict(kd, CLUSTER)  # a model without a verdict is simulated at once
+    check.wait(60)
+    assert check.verdict(kd, CLUSTER) is not None
 
 
 def test_a_failing_simulation_leaves_the_gates_mode_and_is_not_retried(monkeypatch):
