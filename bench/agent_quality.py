@@ -118,14 +118,20 @@ def scenario_spec(name: str) -> EvalSpec:
                     test_fraction=TEST_FRACTION)
 
 
-def cpu_bound_inventory(cseed: int) -> tuple[NodeTable, PodTable]:
-    """The ``cpubound/openb-<cseed>`` cluster and pods (see the module docstring)."""
+def cpu_bound_inventory(cseed: int, one_gpu: float = 0.5, cpu_only_share: float = 0.5
+                        ) -> tuple[NodeTable, PodTable]:
+    """The ``cpubound/openb-<cseed>`` cluster and pods (see the module docstring): the share
+    ``one_gpu`` of the GPU nodes keeps one GPU, and CPU-only pods are ``cpu_only_share`` of the pods."""
+    if not (0 <= one_gpu <= 1 and 0 < cpu_only_share < 1):
+        raise ValueError(f"need 0 <= one_gpu <= 1 and 0 < cpu_only_share < 1, "
+                         f"got {one_gpu} and {cpu_only_share}")
     nodes = load_nodes(builtin_trace(GPU_NODES))
     rng = np.random.default_rng(cseed)
-    nodes = dataclasses.replace(nodes, gpu=np.where(rng.random(len(nodes)) < 0.5, 1, nodes.gpu))
+    nodes = dataclasses.replace(nodes, gpu=np.where(rng.random(len(nodes)) < one_gpu, 1, nodes.gpu))
     pods = load_pods(builtin_trace("openb_pod_list_cpu250.csv"), nodes, allow_oversized=True)
     cpu_only = np.flatnonzero(pods.num_gpu == 0)
-    gpu_pods = rng.permutation(np.flatnonzero(pods.num_gpu > 0))[:len(cpu_only)]
+    n_gpu = int(len(cpu_only) * (1 - cpu_only_share) / cpu_only_share)
+    gpu_pods = rng.permutation(np.flatnonzero(pods.num_gpu > 0))[:n_gpu]
     pods = pods.select(np.sort(np.concatenate([cpu_only, gpu_pods])))
     per_model = np.bincount(nodes.model[nodes.model >= 0], minlength=len(nodes.models)).astype(float)
     model = rng.choice(len(nodes.models), size=len(pods), p=per_model / per_model.sum())

@@ -6,12 +6,13 @@ cluster the learned packing policy and FGD allocate more GPU than kube-default, 
 where CPU runs out before the GPUs kube-default's spreading can allocate several points more than
 both. The check replays the pods this agent was asked to place (its
 :class:`~fedsched.agent.serving.arrivals.ArrivalPool`) on this cluster's node table in the
-packing benchmark's own simulation (:func:`fedsched.common.sim.portfolio.simulated_allocation`:
-arrivals until 130% of the measured resource, ``seeds`` workloads), once with the served model and
-once with ``against`` (kube-default: what the agent answers in shadow mode). The model stays
-active only when its simulation allocates strictly more; otherwise the decider serves in shadow
-mode (default scores, the policy logged). It is the choice ``best-of[<against>,<model>]`` makes
-in the benchmark.
+packing benchmark's own simulation (:func:`fedsched.common.sim.portfolio.simulated_allocations`:
+arrivals until 130% of the measured resource, ``seeds`` workloads), with the served model and with
+``against`` (kube-default: what the agent answers in shadow mode) on the same workloads. The model
+stays active only when it allocates more with evidence (the one-sided 95% lower bound of the mean
+paired difference above 0, :func:`~fedsched.common.sim.portfolio.proven_better`: the roll-out
+gate's test); otherwise the decider serves in shadow mode (default scores, the policy logged). It is
+the choice ``best-of[<against>,<model>]`` makes in the benchmark.
 
 The simulations run on a thread of their own: no request waits for them. A verdict holds for its
 model version and node table; a new model or a changed node table (a node added or removed) is
@@ -38,34 +39,48 @@ from fedsched.agent.serving.arrivals import ArrivalPool
 from fedsched.agent.serving.model_store import LoadedModel
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.schedulers import BASELINES, make_scheduler
-from fedsched.common.sim.portfolio import simulated_allocation
+from fedsched.common.sim.portfolio import proven_better, simulated_allocations
 
 log = logging.getLogger("fedsched.serve")
 
 MIN_POOL = 256  # pods asked for before the first simulation
-SEEDS = 2  # simulated workloads per scheduler
+SEEDS = 4  # simulated workloads per scheduler
 MIN_INTERVAL_S = 600.0  # a changed node table is simulated again at most this often (autoscaling churn)
 KEPT = 8  # model versions whose verdicts are kept (a federation reloads a new one every round)
 
 
 @dataclass(frozen=True)
 class PackingVerdict:
-    """One check of a model on a node table: simulated allocation (%) of the model and of the
-    scheduler it replaces, and whether the model is served actively."""
+    """One check of a model on a node table: the simulated allocation (%) of the model and of the
+    scheduler it replaces per workload, and whether the model is served actively."""
 
     model_version: str
-    policy: float
-    against: float
+    policy_runs: tuple[float, ...]
+    against_runs: tuple[float, ...]
     pods: int
     nodes: int
 
     @property
+    def policy(self) -> float:
+        return sum(self.policy_runs) / len(self.policy_runs)
+
+    @property
+    def against(self) -> float:
+        return sum(self.against_runs) / len(self.against_runs)
+
+    @property
+    def lower(self) -> float:
+        """The one-sided 95% lower bound of the mean paired difference policy - against."""
+        return proven_better(list(self.policy_runs), list(self.against_runs))[1]
+
+    @property
     def active(self) -> bool:
-        return self.policy > self.against
+        return proven_better(list(self.policy_runs), list(self.against_runs))[0]
 
     def reason(self, against: str) -> str:
-        return (f"packing simulation of {self.pods} pods asked for on this cluster's {self.nodes} nodes: "
-                f"the policy allocates {self.policy:.2f}%, {against} {self.against:.2f}%")
+        return (f"packing simulation of {self.pods} pods asked for on this cluster's {self.nodes} nodes, "
+                f"{len(self.policy_runs)} workloads: the policy allocates {self.policy:.2f}%, {against} "
+                f"{self.against:.2f}% (one-sided 95% lower bound of the difference {self.lower:+.2f})")
 
 
 class PackingCheck:
@@ -77,8 +92,8 @@ class PackingCheck:
         if against not in BASELINES:
             raise ValueError(f"the packing check compares with a baseline ({', '.join(sorted(BASELINES))}), "
                              f"got {against!r}")
-        if not 1 <= seeds <= 16 or min_pool < 1:
-            raise ValueError(f"the packing check needs 1 <= seeds <= 16 and min_pool >= 1, "
+        if not 2 <= seeds <= 16 or min_pool < 1:
+            raise ValueError(f"the packing check needs 2 <= seeds <= 16 and min_pool >= 1, "
                              f"got {seeds} and {min_pool}")
         self.arrivals, self.against, self.seeds, self.min_pool = arrivals, against, seeds, min_pool
         self.min_interval_s = min_interval_s
@@ -121,15 +136,15 @@ class PackingCheck:
         make = model.make_scheduler
         assert make is not None
         try:
-            policy = simulated_allocation(nodes, pool, lambda _ctx: make(), self.seeds)
-            against = simulated_allocation(nodes, pool, lambda ctx: make_scheduler(self.against, ctx),
-                                           self.seeds)
+            policy = simulated_allocations(nodes, pool, lambda _ctx: make(), self.seeds)
+            against = simulated_allocations(nodes, pool, lambda ctx: make_scheduler(self.against, ctx),
+                                            self.seeds)
         except Exception:
             log.exception("packing check: the simulation of model %s failed; the roll-out gate's mode stands",
                           model.version)
             self._keep(model.version, (nodes, None))
             return
-        v = PackingVerdict(model.version, policy, against, len(pool), len(nodes))
+        v = PackingVerdict(model.version, tuple(policy), tuple(against), len(pool), len(nodes))
         self._keep(model.version, (nodes, v))
         (log.info if v.active else log.warning)(
             "packing check: model %s %s: %s", model.version,

@@ -1,4 +1,5 @@
-"""best-of[...]: the member whose packing simulation of the pods on the cluster allocates most."""
+"""best-of[...]: the reference (first member) unless the packing simulation of the pods on the
+cluster shows another allocating more with evidence."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from fedsched.common.model.cluster import ClusterState
 from fedsched.common.schedulers import SchedulerContext, make_scheduler
 from fedsched.common.sim.packing import run_packing
-from fedsched.common.sim.portfolio import SIM_TARGET_LOAD, BestOf, BestOfArgs, parse_name
+from fedsched.common.sim.portfolio import SIM_TARGET_LOAD, BestOf, BestOfArgs, parse_name, proven_better
 from tests.common.schedulers.sched_testkit import nodes, pod_table, whole
 
 # Four 2-GPU nodes; single-GPU pods and whole-node pods. Spreading the single-GPU pods (kube-default)
@@ -20,10 +21,10 @@ POOL = pod_table([(2000, 1024, 1, 1000)] * 6 + [(4000, 2048, 2, 1000)] * 6)
 
 
 @pytest.mark.parametrize(("name", "members", "seeds"), [
-    ("best-of[fgd,kube-default]", ["fgd", "kube-default"], 2),
+    ("best-of[fgd,kube-default]", ["fgd", "kube-default"], 4),
     ("best-of[ fgd , kube-default ;seeds=3]", ["fgd", "kube-default"], 3),
     ("best-of[lookahead[candidates=2,horizon=3]:fgd,best-fit,kube-default]",
-     ["lookahead[candidates=2,horizon=3]:fgd", "best-fit", "kube-default"], 2),
+     ["lookahead[candidates=2,horizon=3]:fgd", "best-fit", "kube-default"], 4),
 ])
 def test_names_read_as_members_and_arguments(name, members, seeds):
     assert parse_name(name) == (members, BestOfArgs(seeds=seeds))
@@ -34,7 +35,7 @@ def test_names_read_as_members_and_arguments(name, members, seeds):
     ("best-of[fgd,]", "at least two"),
     ("best-of[fgd,fgd]", "named twice"),
     ("best-of[fgd,kube-default", "expected best-of["),
-    ("best-of[fgd,kube-default;seeds=0]", "seeds"),
+    ("best-of[fgd,kube-default;seeds=1]", "2 <= seeds <= 16"),
     ("best-of[fgd,kube-default;seeds=x]", "integer"),
     ("best-of[fgd,kube-default;seeds=2,seeds=3]", "seeds=N (once)"),
     ("best-of[fgd,kube-default;horizon=2]", "seeds=N (once)"),
@@ -57,26 +58,40 @@ def test_an_unknown_member_and_missing_pods_are_refused():
         make_scheduler("best-of[fgd,kube-default]", SchedulerContext())
 
 
-def simulated(member: str, seeds: int) -> float:
-    """The benchmark's own packing runs of ``member`` on CLUSTER with POOL's pods, averaged."""
+def runs(member: str, seeds: int) -> list[float]:
+    """The benchmark's own packing runs of ``member`` on CLUSTER with POOL's pods, one per workload."""
     out = []
     for s in range(seeds):
         sched = make_scheduler(member, SchedulerContext(train_pods=POOL, rng=np.random.default_rng(s)))
-        out.append(run_packing(CLUSTER, POOL, sched, target_load=SIM_TARGET_LOAD, seed=s).alloc_pct[-1])
-    return float(np.mean(out))
+        res = run_packing(CLUSTER, POOL, sched, target_load=SIM_TARGET_LOAD, seed=s)
+        out.append(float(res.alloc_pct[-1]))
+    return out
+
+
+@pytest.mark.parametrize(("candidate", "reference", "proven"), [
+    ([77.0, 77.2, 76.9, 77.1], [76.0] * 4, True),  # steadily 1 point more
+    ([77.0] * 4, [76.0] * 4, True),  # exactly 1 point more every time
+    ([78.0, 75.0, 77.5, 75.5], [76.0] * 4, False),  # 0.5 more on average, with no evidence
+    ([76.03, 76.32], [76.47, 75.79], False),  # two workloads once said +0.05 (six said -0.4)
+    ([76.0] * 4, [76.0] * 4, False),  # equal is not more
+    ([75.0, 75.1, 74.9, 75.0], [76.0] * 4, False),
+])
+def test_more_means_more_with_evidence(candidate, reference, proven):
+    assert proven_better(candidate, reference)[0] is proven
 
 
 @pytest.mark.parametrize("order", [["kube-default", "fgd"], ["fgd", "kube-default"]])
-def test_the_choice_is_the_member_whose_simulation_allocates_most_and_it_decides(order):
+def test_the_choice_follows_the_simulations_of_the_pods_on_the_cluster_and_it_decides(order):
     sched = make_scheduler(f"best-of[{','.join(order)}]", SchedulerContext(train_pods=POOL))
     assert isinstance(sched, BestOf) and sched.chosen is None
     live = ClusterState(CLUSTER)
     p = whole(1, cpu=2000, mem=1024)
     scores = sched.score(live, p, np.arange(4))
-    expected = {m: simulated(m, 2) for m in order}
-    assert sched.simulated == pytest.approx(expected)
-    assert expected["fgd"] > expected["kube-default"]  # the cluster is built so that packing pays
-    assert sched.chosen == "fgd"
+    expected = {m: runs(m, 4) for m in order}
+    assert sched.per_seed == {m: pytest.approx(v) for m, v in expected.items()}
+    # the cluster is built so that packing pays, every workload
+    assert proven_better(expected["fgd"], expected["kube-default"])[0]
+    assert sched.chosen == "fgd"  # as the reference, and against it
     fgd = make_scheduler("fgd", SchedulerContext(train_pods=POOL))
     live.allocate(0, p, (0,))
     np.testing.assert_array_equal(sched.score(live, p, np.arange(4)), fgd.score(live, p, np.arange(4)))
@@ -84,10 +99,28 @@ def test_the_choice_is_the_member_whose_simulation_allocates_most_and_it_decides
     assert len(scores) == 4
 
 
-def test_equal_simulations_go_to_the_first_listed_member():
+def test_a_higher_mean_without_evidence_does_not_replace_the_reference(monkeypatch):
+    from fedsched.common.sim import portfolio
+
+    figures = {"kube-default": [76.0] * 4, "best-fit": [78.0, 75.0, 77.5, 75.5],
+               "fgd": [77.0, 77.2, 76.9, 77.1]}
+
+    def fixed(_nodes, pool, make, _seeds):
+        return figures[make(SchedulerContext(train_pods=pool)).name]
+
+    monkeypatch.setattr(portfolio, "simulated_allocations", fixed)
+    for members, chosen in ((["kube-default", "best-fit"], "kube-default"),
+                            (["kube-default", "best-fit", "fgd"], "fgd"),
+                            (["best-fit", "kube-default"], "best-fit")):
+        sched = make_scheduler(f"best-of[{','.join(members)}]", SchedulerContext(train_pods=POOL))
+        sched.score(ClusterState(CLUSTER), whole(1, cpu=2000, mem=1024), np.arange(4))
+        assert sched.chosen == chosen, members
+
+
+def test_equal_simulations_keep_the_first_listed_member():
     one = nodes(cpu=[16000], gpu=[2])  # one node: every scheduler places alike
     for order in (["best-fit", "kube-default"], ["kube-default", "best-fit"]):
-        sched = make_scheduler(f"best-of[{','.join(order)};seeds=1]", SchedulerContext(train_pods=POOL))
+        sched = make_scheduler(f"best-of[{','.join(order)};seeds=2]", SchedulerContext(train_pods=POOL))
         sched.score(ClusterState(one), whole(1, cpu=2000, mem=1024), np.arange(1))
         assert len(set(sched.simulated.values())) == 1 and sched.chosen == order[0]
 
@@ -99,11 +132,11 @@ def test_each_node_table_is_simulated_once(monkeypatch):
     real = portfolio.run_packing
     monkeypatch.setattr(portfolio, "run_packing",
                         lambda nodes_, *a, **k: calls.append(nodes_) or real(nodes_, *a, **k))
-    sched = make_scheduler("best-of[kube-default,fgd;seeds=1]", SchedulerContext(train_pods=POOL))
+    sched = make_scheduler("best-of[kube-default,fgd]", SchedulerContext(train_pods=POOL))
     p = whole(1, cpu=2000, mem=1024)
     sched.score(ClusterState(CLUSTER), p, np.arange(4))
     sched.select_gpus(ClusterState(CLUSTER), p, 0)
-    assert calls == [CLUSTER, CLUSTER] and sched.chosen == "fgd"  # two members, one seed, once
+    assert calls == [CLUSTER] * 8 and sched.chosen == "fgd"  # two members, four workloads, once
     one = nodes(cpu=[16000], gpu=[2])
     sched.score(ClusterState(one), p, np.arange(1))  # a changed table: simulated again
-    assert calls[2:] == [one, one] and sched.chosen == "kube-default"  # equal on one node: first listed
+    assert calls[8:] == [one] * 8 and sched.chosen == "kube-default"  # equal on one node: the reference
