@@ -59,6 +59,8 @@ class PackingVerdict:
     against_runs: tuple[float, ...]
     pods: int
     nodes: int
+    active: bool  # the policy allocates more with evidence (proven_better)
+    lower: float  # the one-sided 95% lower bound of the mean paired difference policy - against
 
     @property
     def policy(self) -> float:
@@ -67,15 +69,6 @@ class PackingVerdict:
     @property
     def against(self) -> float:
         return sum(self.against_runs) / len(self.against_runs)
-
-    @property
-    def lower(self) -> float:
-        """The one-sided 95% lower bound of the mean paired difference policy - against."""
-        return proven_better(list(self.policy_runs), list(self.against_runs))[1]
-
-    @property
-    def active(self) -> bool:
-        return proven_better(list(self.policy_runs), list(self.against_runs))[0]
 
     def reason(self, against: str) -> str:
         return (f"packing simulation of {self.pods} pods asked for on this cluster's {self.nodes} nodes, "
@@ -144,7 +137,8 @@ class PackingCheck:
                           model.version)
             self._keep(model.version, (nodes, None))
             return
-        v = PackingVerdict(model.version, tuple(policy), tuple(against), len(pool), len(nodes))
+        active, lower = proven_better(policy, against)
+        v = PackingVerdict(model.version, tuple(policy), tuple(against), len(pool), len(nodes), active, lower)
         self._keep(model.version, (nodes, v))
         (log.info if v.active else log.warning)(
             "packing check: model %s %s: %s", model.version,
