@@ -351,6 +351,8 @@ class Decider:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.packing_check is not None:
+            self.packing_check.close()
 
     # ---- filter -----------------------------------------------------------------------------
     def filter(self, pod_obj: dict, names: list[str], now: float | None = None) -> FilterAnswer:

@@ -14,7 +14,9 @@ paired difference above 0, :func:`~fedsched.common.sim.portfolio.proven_better`:
 gate's test); otherwise the decider serves in shadow mode (default scores, the policy logged). It is
 the choice ``best-of[<against>,<model>]`` makes in the benchmark.
 
-The simulations run on a thread of their own: no request waits for them. A verdict holds for its
+The simulations run on a thread of their own, in a spawned process that loads the model's file (a
+model without one, in the thread itself): no request waits for them, nor for the interpreter lock
+they would hold. A verdict holds for its
 model version and node table; a new model or a changed node table (a node added or removed) is
 simulated again once the pool holds ``min_pool`` pods, one simulation at a time, and a changed
 table at most every ``min_interval_s`` after the last simulation ended (a cluster whose nodes come
@@ -30,13 +32,18 @@ from __future__ import annotations
 
 import logging
 import math
+import multiprocessing
+import multiprocessing.process
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
 
 from fedsched.agent.serving.arrivals import ArrivalPool
-from fedsched.agent.serving.model_store import LoadedModel
+from fedsched.agent.serving.model_store import LoadedModel, load_model
+from fedsched.common.compute import background_worker
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.schedulers import BASELINES, make_scheduler
 from fedsched.common.sim.portfolio import proven_better, simulated_allocations
@@ -96,6 +103,8 @@ class PackingCheck:
         # model version -> (node table simulated, its verdict or None when the simulation failed)
         self._done: dict[str, tuple[NodeTable, PackingVerdict | None]] = {}
         self._thread: threading.Thread | None = None
+        self._child: multiprocessing.process.BaseProcess | None = None
+        self.use_child = True  # False: simulate in the thread (bench/packing_check_latency.py compares)
 
     def verdict(self, model: LoadedModel, nodes: NodeTable) -> PackingVerdict | None:
         """The model's verdict on ``nodes`` (its last one while ``nodes`` is being simulated; None
@@ -125,13 +134,22 @@ class PackingCheck:
         if t is not None:
             t.join(timeout)
 
+    def close(self) -> None:
+        """Stop a simulation running in a child process (the thread waiting for it then ends)."""
+        child = self._child
+        if child is not None and child.is_alive():
+            child.terminate()
+
     def _simulate(self, model: LoadedModel, nodes: NodeTable, pool: PodTable) -> None:
-        make = model.make_scheduler
-        assert make is not None
         try:
-            policy = simulated_allocations(nodes, pool, lambda _ctx: make(), self.seeds)
-            against = simulated_allocations(nodes, pool, lambda ctx: make_scheduler(self.against, ctx),
-                                            self.seeds)
+            if self.use_child and model.path and Path(model.path).is_file():
+                runs = self._in_child(model, nodes, pool)
+                if runs is None:  # the file changed under the child: the new model is checked when served
+                    log.info("packing check: model %s's file changed during its simulation", model.version)
+                    return
+            else:
+                runs = _simulate(model, self.against, nodes, pool, self.seeds)
+            policy, against = runs
         except Exception:
             log.exception("packing check: the simulation of model %s failed; the roll-out gate's mode stands",
                           model.version)
@@ -146,6 +164,28 @@ class PackingCheck:
         if self.on_verdict is not None:
             self.on_verdict(v)
 
+    def _in_child(self, model: LoadedModel, nodes: NodeTable, pool: PodTable
+                  ) -> tuple[list[float], list[float]] | None:
+        """The simulation in a spawned process that loads the model's file itself, at the lowest CPU
+        priority with one BLAS thread (:func:`~fedsched.common.compute.background_worker`): a thread
+        of this process would hold the interpreter lock for up to its switch interval (5 ms) at a
+        time, and the requests beside it would wait for it (``bench/packing_check_latency.py``)."""
+        ctx = multiprocessing.get_context("spawn")
+        receive, send = ctx.Pipe(duplex=False)
+        args = (send, model.path, model.version, self.against, nodes, pool, self.seeds)
+        child = ctx.Process(target=_child_main, args=args, name="fedsched-packing-check", daemon=True)
+        child.start()
+        self._child = child
+        send.close()
+        try:
+            answer = receive.recv()  # EOFError when the child dies without answering
+        finally:
+            receive.close()
+            child.join()
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
     def _keep(self, version: str, done: tuple[NodeTable, PackingVerdict | None]) -> None:
         with self._lock:
             self._ended = time.monotonic()
@@ -153,3 +193,26 @@ class PackingCheck:
             self._done[version] = done
             while len(self._done) > KEPT:
                 self._done.pop(next(iter(self._done)))
+
+
+def _simulate(model: LoadedModel, against: str, nodes: NodeTable, pool: PodTable,
+              seeds: int) -> tuple[list[float], list[float]]:
+    """(the model's, ``against``'s) allocation per simulated workload."""
+    make = model.make_scheduler
+    assert make is not None
+    return (simulated_allocations(nodes, pool, lambda _ctx: make(), seeds),
+            simulated_allocations(nodes, pool, lambda ctx: make_scheduler(against, ctx), seeds))
+
+
+def _child_main(send: Connection, path: str, version: str, against: str, nodes: NodeTable, pool: PodTable,
+                seeds: int) -> None:
+    """A spawned process's work: load the model file, simulate, send the figures (None when the
+    file is no longer ``version``; the exception when something fails)."""
+    background_worker()  # one BLAS thread, the lowest CPU priority, killed with the agent
+    try:
+        model = load_model(Path(path))
+        send.send(None if model.version != version else _simulate(model, against, nodes, pool, seeds))
+    except Exception as e:  # sent, so the parent logs it as its own
+        send.send(e)
+    finally:
+        send.close()
