@@ -92,7 +92,8 @@ class ServingMetrics:
             "fedsched_packing_check_allocation_percent",
             "Packing check (--packing-check): the allocation (%) a packing simulation of the pods asked "
             "for on this cluster's nodes reaches with the model (scheduler=policy) and with the "
-            "scheduler it replaces; the model is served in shadow mode unless its figure is higher",
+            "scheduler it replaces, means over the simulated workloads; the model is served in shadow "
+            "mode unless it allocates more with evidence (a one-sided 95% paired lower bound above 0)",
             ["model_version", "scheduler"],
             registry=r,
         )
