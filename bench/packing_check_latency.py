@@ -78,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             d.prioritize(obj, names)
             out.append(time.perf_counter() - t0)
-            thread = d.packing_check._thread if d.packing_check is not None else None
-            if while_running and thread is not None and not thread.is_alive():
+            if while_running and d.packing_check is not None and not d.packing_check.running:
                 break
         return out
 

@@ -114,7 +114,7 @@ class PackingCheck:
             if done is not None and done[0] is nodes:
                 return done[1]
             last = done[1] if done is not None else None
-            if (self._thread is not None and self._thread.is_alive()) or model.make_scheduler is None:
+            if self.running or model.make_scheduler is None:
                 return last
             if len(self.arrivals) < self.min_pool:
                 return last
@@ -127,6 +127,11 @@ class PackingCheck:
                                             name="fedsched-packing-check", daemon=True)
             self._thread.start()
             return last
+
+    @property
+    def running(self) -> bool:
+        """A simulation is under way."""
+        return self._thread is not None and self._thread.is_alive()
 
     def wait(self, timeout: float | None = None) -> None:
         """Until the running simulation (if any) is over."""
@@ -144,8 +149,11 @@ class PackingCheck:
         try:
             if self.use_child and model.path and Path(model.path).is_file():
                 runs = self._in_child(model, nodes, pool)
-                if runs is None:  # the file changed under the child: the new model is checked when served
-                    log.info("packing check: model %s's file changed during its simulation", model.version)
+                if runs is None:  # the file is another model now: not retried for this one (a refused
+                    # reload keeps it served, and every decision would start another child)
+                    log.info("packing check: model %s's file changed before its simulation; the roll-out "
+                             "gate's mode stands", model.version)
+                    self._keep(model.version, (nodes, None))
                     return
             else:
                 runs = _simulate(model, self.against, nodes, pool, self.seeds)

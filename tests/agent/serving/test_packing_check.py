@@ -5,16 +5,18 @@ thread of their own, figures equal to the benchmark's own simulation."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fedsched.agent.cluster.cache import ClusterCache
 from fedsched.agent.cluster.k8s_objects import pod_to_json
 from fedsched.agent.serving.arrivals import ArrivalPool
 from fedsched.agent.serving.decider import Decider, DeciderConfig
-from fedsched.agent.serving.model_store import LoadedModel, ModelStore
+from fedsched.agent.serving.model_store import LoadedModel, ModelStore, load_model
 from fedsched.agent.serving.packing_check import PackingCheck
 from fedsched.common.model.cluster import Pod
-from fedsched.common.schedulers import SchedulerContext, make_scheduler
+from fedsched.common.schedulers import SchedulerContext, default_policy_path, make_scheduler
 from fedsched.common.sim.portfolio import simulated_allocations
 from tests.common.schedulers.sched_testkit import nodes, pod_table
 
@@ -98,6 +100,16 @@ def test_a_changed_node_table_waits_for_the_interval_but_a_new_model_does_not():
     check.verdict(kd, CLUSTER)  # a model without a verdict is simulated at once
     check.wait(60)
     assert check.verdict(kd, CLUSTER) is not None
+
+
+def test_a_model_file_that_is_another_model_by_now_is_not_simulated_again():
+    path = default_policy_path()
+    real = load_model(path)
+    stale = dataclasses.replace(real, version="an-earlier-file")  # served, but the file has moved on
+    check = PackingCheck(filled(12), "kube-default", seeds=2, min_pool=1)
+    assert check.verdict(stale, CLUSTER) is None and check.running
+    check.wait(120)
+    assert check.verdict(stale, CLUSTER) is None and not check.running  # known: no second child
 
 
 def test_a_failing_simulation_leaves_the_gates_mode_and_is_not_retried(monkeypatch):
