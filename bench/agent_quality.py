@@ -27,8 +27,11 @@ Scenarios (``--variants``, ``--only``):
   of the GPU arrived, 97% of the CPU is taken. No policy was trained on it; which packing rule
   allocates more depends on the construction (kube-default beats FGD on some, FGD beats it on others).
 
-Columns: the shipped ``learned`` policy (``common/data/policies/default.pt``: behaviour cloning of FGD
-on 200-node slices, then rollout-based improvement on 100-node slices; see
+Columns: the shipped packing policy ``learned`` as it is judged in packing mode
+(``fedsched.common.sim.evaluate.make_policy``: the model where the packing simulation of the
+statistics pods on the scenario's nodes proves it allocating more than kube-default, kube-default
+elsewhere), the model alone ``learned-model`` (``common/data/policies/default.pt``: behaviour
+cloning of FGD on 200-node slices, then rollout-based improvement on 100-node slices; see
 ``common/data/policies/README.md``), any ``--policy [LABEL=]CKPT``, and the packing baselines
 ``fgd``, ``best-fit``, ``kube-default``, ``dot-product``, ``gpu-packing``, ``gpu-clustering`` and
 ``random`` (``--baselines``). Each scenario prints the full metric table (mean ± 95% CI over
@@ -74,7 +77,7 @@ from harness.provenance import git_commit, machine, strict_json, write_json
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.metrics import HIGHER_IS_BETTER, METRICS, mean_ci95
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
-from fedsched.common.schedulers import LEARNED
+from fedsched.common.schedulers import LEARNED, default_policy_path
 from fedsched.common.schedulers.lookahead import ARGS_PREFIX as LOOKAHEAD_ARGS_PREFIX
 from fedsched.common.schedulers.lookahead import PREFIX as LOOKAHEAD_PREFIX
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate, format_table
@@ -93,6 +96,7 @@ SUMMARY_METRICS = ["alloc_gpu", "alloc_cpu", "failed_pods"]
 SIZE_SCENARIOS = ["packing/openb-default", "packing/openb-cpu050", "packing/openb-cpu250",
                   "inventory/openb-all-default"]
 SIZE_GOAL_PP = 0.2
+LEARNED_MODEL = "learned-model"  # the column of the shipped packing model alone (its checkpoint path)
 REFERENCE_COLUMNS = ["fgd", "best-fit", "kube-default"]  # the paired differences of every learned column
 
 
@@ -286,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--online-json", help="with --online: its JSON")
     args = ap.parse_args(argv)
 
-    learned = [] if args.no_shipped else [(LEARNED, LEARNED)]
+    learned = [] if args.no_shipped else [(LEARNED, LEARNED), (LEARNED_MODEL, str(default_policy_path()))]
     learned += [parse_policy(p) for p in args.policies]
     size_cols: list[tuple[str, str]] = []
     if args.size_generalisation:

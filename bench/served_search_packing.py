@@ -1,4 +1,5 @@
-"""The decision-time search as a serving agent runs it, on the packing table's protocol.
+"""The decision-time search and the packing check as a serving agent runs them, on the packing
+table's protocol.
 
 ``bench/agent_quality.py --policy lookahead:learned`` measures the search with its arrivals drawn
 from the workload's statistics pods. A serving agent has none: ``fedsched serve --search`` draws
@@ -14,12 +15,19 @@ is the pods' requests (a cluster without telemetry) and the default 90% threshol
 every node 90% requested, which a packing cluster fills on purpose: ``--cpu-threshold`` and
 ``--mem-threshold`` default to 1.0 here (refusals still counted).
 
-The figures are paired by seed with the columns of an ``agent_quality`` JSON (``--pair``, the same
-scenario and seeds): what serving changes against the search measured in the benchmark, and
-against FGD.
+``--packing-check BASELINE`` serves with ``fedsched serve --packing-check`` (``--search ""``: the
+model alone): the agent answers kube-default's scores (shadow mode) until its simulation of the pods
+asked for so far shows the model allocating more than the baseline with evidence, and the pod is
+bound where that answer puts it, on kube-default's GPUs. The run waits for the check's simulation
+when one starts: the pods of a GPU cluster arrive over days, the simulation takes a minute.
 
-    python bench/served_search_packing.py [--search default] [--policy learned] [--seeds 10]
-        [--jobs 2] [--pair bench/results/agent_quality_lookahead_learned.json] [--json OUT]
+The figures are paired by seed with the columns of an ``agent_quality`` JSON (``--pair``, the same
+scenario and seeds): what serving changes against the policy measured in the benchmark, and
+against FGD and kube-default.
+
+    python bench/served_search_packing.py [--search default|""] [--packing-check kube-default]
+        [--policy learned] [--scenario cpubound/openb-1] [--seeds 10] [--jobs 2]
+        [--pair bench/results/agent_quality_lookahead_learned.json] [--json OUT]
 """
 
 from __future__ import annotations
@@ -46,14 +54,16 @@ RESULTS = ("switched", "kept", "single", "no-pool")
 
 
 def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: float,
-             mem_threshold: float, max_pods: int | None = None) -> dict[str, Any]:
-    """One packing run through the agent; its metrics, what the search did and what the filter refused."""
+             mem_threshold: float, max_pods: int | None = None, packing_check: str | None = None
+             ) -> dict[str, Any]:
+    """One packing run through the agent; its metrics, what the search did, what the filter refused
+    and, with the packing check, the decisions per source and the check's verdict."""
     from fedsched.agent.cluster.cache import ClusterCache
     from fedsched.agent.cluster.k8s_objects import pod_to_json
     from fedsched.agent.serving.decider import Decider, DeciderConfig, SafetyConfig
     from fedsched.agent.serving.model_store import ModelStore
     from fedsched.cli.serve import search_args
-    from fedsched.common.schedulers.base import Placement
+    from fedsched.common.schedulers.base import Placement, default_gpu_choice
     from fedsched.common.sim.packing import PackingSimulator
 
     single_threaded()
@@ -64,10 +74,13 @@ def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: 
     sim = PackingSimulator(nodes, test, target_load=spec.target_load, seed=seed,
                            typical=TypicalPods.from_pods(train))
     cache = ClusterCache.from_table(nodes)
-    cfg = DeciderConfig(gate=None, budget_ms=1e6, search=search_args(search),
-                        safety=SafetyConfig(cpu_threshold=cpu_threshold, mem_threshold=mem_threshold))
+    cfg = DeciderConfig(gate=None, budget_ms=1e6, search=search_args(search or None),
+                        safety=SafetyConfig(cpu_threshold=cpu_threshold, mem_threshold=mem_threshold),
+                        packing_check=packing_check)
     decider = Decider(cache, ModelStore(policy), cfg)
+    check = decider.packing_check
     names = list(nodes.names)
+    sources = {"policy": 0, "shadow": 0}
     try:
         while (item := sim.next_pod()) is not None and (max_pods is None or sim.k < max_pods):
             pod, _ = item
@@ -81,10 +94,15 @@ def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: 
                 sim.bind(Placement(-1))
                 continue
             d = decider.prioritize(obj, passed)
-            if d.source != "policy" or d.chosen is None:
+            if check is not None and check.running:
+                check.wait()
+            shadow = d.source == "fallback" and d.reason == "shadow"
+            if not (d.source == "policy" or shadow) or d.chosen is None:
                 raise RuntimeError(f"pod {sim.k}: the agent answered {d.source} ({d.reason}), not the policy")
+            sources["shadow" if shadow else "policy"] += 1
             node = cache.index[d.chosen]
-            gpus = decider.models.current.scheduler.select_gpus(cache.state, pod, node)
+            gpus = (default_gpu_choice(cache.state, pod, node) if shadow
+                    else decider.models.current.scheduler.select_gpus(cache.state, pod, node))
             cache.bind(uid, pod, d.chosen, gpus)
             sim.bind(Placement(node, gpus))
             if sim.k % 2000 == 0:
@@ -98,8 +116,12 @@ def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: 
     refused = {r: reg.get_sample_value("fedsched_refused_nodes_total", {"reason": r}) or 0.0
                for r in ("cpu", "memory")}
     res = sim.result()
+    verdict = None
+    if check is not None and (v := check.verdict(decider.models.current, cache.table)) is not None:
+        verdict = {"active": v.active, "lower": v.lower, "policy": v.policy, "against": v.against,
+                   "pods": v.pods}
     return {"seed": seed, "metrics": res.metrics, "searches": searches, "refused": refused,
-            "wall_s": time.time() - t0}
+            "sources": sources, "verdict": verdict, "wall_s": time.time() - t0}
 
 
 def paired(runs: dict[int, dict[str, float]], other: dict[str, dict[str, Any]],
@@ -113,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", default="packing/openb-default")
     ap.add_argument("--policy", default="learned", help="the served checkpoint or shipped policy name")
-    ap.add_argument("--search", default="default", help="fedsched serve --search's arguments")
+    ap.add_argument("--search", default="default", help="fedsched serve --search's arguments ('': off)")
+    ap.add_argument("--packing-check", help="fedsched serve --packing-check's baseline (default: off)")
     ap.add_argument("--seeds", type=int, default=10, help=f"seeds {SEED0}, {SEED0 + 1}, ...")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--cpu-threshold", type=float, default=1.0)
@@ -133,21 +156,23 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[int, dict[str, Any]] = {}
     with ProcessPoolExecutor(args.jobs) as pool:
         futs = [pool.submit(run_seed, args.scenario, args.policy, args.search, s, args.cpu_threshold,
-                            args.mem_threshold, args.max_pods) for s in seeds]
+                            args.mem_threshold, args.max_pods, args.packing_check) for s in seeds]
         for f in as_completed(futs):
             r = f.result()
             runs[r["seed"]] = r
             value = r["metrics"][args.metric]
             print(f"[{len(runs)}/{len(seeds)}] seed {r['seed']}: {args.metric} {value:.2f}; "
                   f"search {', '.join(f'{k} {int(v)}' for k, v in r['searches'].items())}; refused "
-                  f"{', '.join(f'{k} {int(v)}' for k, v in r['refused'].items())} ({time.time() - t0:.0f} s)",
-                  file=sys.stderr, flush=True)
+                  f"{', '.join(f'{k} {int(v)}' for k, v in r['refused'].items())}; answered "
+                  f"{', '.join(f'{k} {v}' for k, v in r['sources'].items())}; check {r['verdict']} "
+                  f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     metrics = {s: r["metrics"] for s, r in runs.items()}
     mean, ci = mean_ci95([m[args.metric] for m in metrics.values()])
-    label = f"served {args.policy} --search {args.search}"
+    label = f"served {args.policy} --search {args.search!r} --packing-check {args.packing_check}"
     print(f"{args.scenario}, {len(seeds)} seeds: {label}: {args.metric} {mean:.2f} ± {ci:.2f}")
     out: dict[str, Any] = {"benchmark": "served_search_packing", "scenario": args.scenario,
-                           "policy": args.policy, "search": args.search, "seeds": seeds,
+                           "policy": args.policy, "search": args.search,
+                           "packing_check": args.packing_check, "seeds": seeds,
                            "cpu_threshold": args.cpu_threshold, "mem_threshold": args.mem_threshold,
                            "metric": args.metric,
                            "served": {"mean": mean, "ci95": ci}, "runs": {str(s): runs[s] for s in seeds},

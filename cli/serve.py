@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fedsched.agent.serving.decider import Decider
+    from fedsched.agent.serving.decider import Decider, DeciderConfig
     from fedsched.agent.serving.extender import ConnectionLimits
     from fedsched.common.schedulers.lookahead import LookaheadArgs
 
@@ -102,10 +102,12 @@ OPTIONS: dict[str, tuple[type, Any, str]] = {
                           "place. It takes tens of ms per pod: raise --budget-ms and the Score plugin's "
                           "deadline. The gate judges it by its own evidence (fedsched evidence POLICY "
                           "--search ARGS --write)"),
-    "packing-check": (str, None, "serve the policy actively only where a packing simulation of the "
-                                 "pods asked for on this cluster's nodes allocates more with it than "
-                                 "with this baseline (e.g. kube-default; shadow mode otherwise), checked "
-                                 "again for each new model or node table once 256 pods have been asked for"),
+    "packing-check": (str, "auto", "serve the policy actively only where a packing simulation of the "
+                                   "pods asked for on this cluster's nodes allocates more with it than "
+                                   "with this baseline (e.g. kube-default; shadow mode otherwise and until "
+                                   "256 pods have been asked for), checked again for each new model or node "
+                                   "table; auto: against kube-default when the gate judges the policy on a "
+                                   "packing objective (gpu-alloc, gpu-frag), else off; off"),
     "scheduler-name": (str, "fedsched", "act on pods of this scheduler profile ('*': every pod)"),
     "cpu-threshold": (float, 0.9, "refuse nodes whose real CPU use is above this share"),
     "mem-threshold": (float, 0.9, "refuse nodes whose real memory use is above this share"),
@@ -221,7 +223,7 @@ def build_agent(opts: dict[str, Any]) -> Decider:
     """The decider (its cache, models and metrics) from resolved options; :func:`run` starts the
     background parts (watches, telemetry, outcome log, policy watch) around it."""
     from fedsched.agent.cluster.cache import ClusterCache
-    from fedsched.agent.serving.decider import Decider, DeciderConfig, SafetyConfig
+    from fedsched.agent.serving.decider import Decider
     from fedsched.agent.serving.metrics import ServingMetrics
     from fedsched.agent.serving.model_store import ModelStore
 
@@ -247,19 +249,26 @@ def build_agent(opts: dict[str, Any]) -> Decider:
     learned = opts["max-learned-nodes"]
     cache = (ClusterCache.from_csv(opts["cluster-csv"], max_learned_nodes=learned) if opts["cluster-csv"]
              else ClusterCache(max_learned_nodes=learned))
+    cfg = decider_config(opts)
+    cache.queue_scheduler = cfg.scheduler_name  # the pending queue the policy's queue feature counts
+    decider = Decider(cache, models, cfg, metrics, weights_models)
+    metrics.watch_telemetry(lambda: cache.last_telemetry, lambda: cache.telemetry_up)
+    return decider
+
+
+def decider_config(opts: dict[str, Any]) -> DeciderConfig:
+    """The decider's configuration from the resolved options (bad values are a ``ValueError``)."""
+    from fedsched.agent.serving.decider import DeciderConfig, SafetyConfig
+
     safety = SafetyConfig(
         opts["cpu-threshold"], opts["mem-threshold"], opts["stale-after"], opts["max-stale-share"]
     )
     name = opts["scheduler-name"]
     gate = None if opts["gate"] == "off" else opts["gate"]
-    cfg = DeciderConfig(opts["mode"], opts["budget-ms"], None if name == "*" else name, opts["seed"], safety,
-                        gate, opts["gate-objective"], early_rank=not opts["no-early-rank"],
-                        assume=not opts["cluster-csv"], search=search_args(opts["search"]),
-                        packing_check=opts["packing-check"])
-    cache.queue_scheduler = cfg.scheduler_name  # the pending queue the policy's queue feature counts
-    decider = Decider(cache, models, cfg, metrics, weights_models)
-    metrics.watch_telemetry(lambda: cache.last_telemetry, lambda: cache.telemetry_up)
-    return decider
+    return DeciderConfig(opts["mode"], opts["budget-ms"], None if name == "*" else name, opts["seed"], safety,
+                         gate, opts["gate-objective"], early_rank=not opts["no-early-rank"],
+                         assume=not opts["cluster-csv"], search=search_args(opts["search"]),
+                         packing_check=None if opts["packing-check"] == "off" else opts["packing-check"])
 
 
 def search_args(text: str | None) -> LookaheadArgs | None:

@@ -70,7 +70,7 @@ from fedsched.agent.serving.arrivals import ArrivalPool
 from fedsched.agent.serving.metrics import ServingMetrics
 from fedsched.agent.serving.model_store import LoadedModel, ModelStore
 from fedsched.agent.serving.packing_check import PackingCheck
-from fedsched.agent.serving.rollout_gate import OBJECTIVES, GateVerdict, gate
+from fedsched.agent.serving.rollout_gate import OBJECTIVES, PACKING_OBJECTIVES, GateVerdict, gate
 from fedsched.agent.serving.search import ServingSearch
 from fedsched.common.learning.nets import WEIGHT_TERMS
 from fedsched.common.learning.scorers import WeightScheduler
@@ -126,7 +126,8 @@ class DeciderConfig:
     # The decision-time search over the model's best candidates (agent/serving/search.py); None: off.
     search: LookaheadArgs | None = None
     # Serve actively only where a packing simulation of this cluster says the model packs more than
-    # this baseline (agent/serving/packing_check.py, e.g. "kube-default"); None: off.
+    # this baseline (agent/serving/packing_check.py, e.g. "kube-default"); "auto": against
+    # kube-default where the gate judges the model on packing (PACKING_OBJECTIVES), else off; None: off.
     packing_check: str | None = None
 
     def __post_init__(self) -> None:
@@ -139,9 +140,20 @@ class DeciderConfig:
                              f"got {self.gate_objective!r}")
         if not self.budget_ms > 0:
             raise ValueError(f"budget_ms must be positive, got {self.budget_ms}")
-        if self.packing_check is not None and self.packing_check not in BASELINES:
-            raise ValueError(f"the packing check compares with a baseline ({', '.join(sorted(BASELINES))}), "
+        if self.packing_check not in (None, "auto") and self.packing_check not in BASELINES:
+            raise ValueError(f"the packing check is auto or a baseline ({', '.join(sorted(BASELINES))}), "
                              f"got {self.packing_check!r}")
+
+    @property
+    def packing_check_against(self) -> str | None:
+        """The baseline the packing check compares the model with, or None when it is off: ``auto``
+        checks against kube-default (what shadow mode answers) when the model is served actively
+        behind the roll-out gate on a packing objective, the case where the gate's evidence was
+        measured on other clusters' inventories and the cluster's own may reverse it."""
+        if self.packing_check != "auto":
+            return self.packing_check
+        on = self.mode == "active" and self.gate is not None and self.gate_objective in PACKING_OBJECTIVES
+        return "kube-default" if on else None
 
 
 @dataclass
@@ -255,14 +267,14 @@ class Decider:
         self._early: _EarlyRanking | None = None
         self._rng_uses = 0  # rankings whose tie-break draws were kept (the stream's position)
         self._profile_of: tuple[Any, tuple[str, ...]] = (None, ())
-        need_arrivals = self.cfg.search is not None or self.cfg.packing_check is not None
+        against = self.cfg.packing_check_against
+        need_arrivals = self.cfg.search is not None or against is not None
         self.arrivals = ArrivalPool() if need_arrivals else None
         self.search = None
         if self.cfg.search is not None:
             self.search = ServingSearch(self.cfg.search, arrivals=self.arrivals)
         self.packing_check: PackingCheck | None = None
-        if self.cfg.packing_check is not None and self.arrivals is not None:
-            against = self.cfg.packing_check
+        if against is not None and self.arrivals is not None:
             self.packing_check = PackingCheck(self.arrivals, against, on_verdict=lambda v: (
                 self.metrics.set_packing_check(v.model_version, v.policy, against, v.against)))
             log.info("packing check on: the model is served actively only where a packing simulation of "
@@ -301,12 +313,12 @@ class Decider:
     def mode_for(self, model: LoadedModel) -> str:
         """The mode this model is served in: ``cfg.mode``, or shadow where the roll-out gate
         refuses it on this cluster's profile (the verdict is logged and exported once per model
-        and profile) or where the packing check's simulation of this cluster says the model packs
-        no more than the scheduler it replaces."""
+        and profile) or, with the packing check on, until its simulation of this cluster shows the
+        model packing more than the scheduler it replaces (no verdict yet is no evidence)."""
         mode = self._gate_mode(model)
         if mode == "active" and self.packing_check is not None:
             v = self.packing_check.verdict(model, self.cache.table)
-            if v is not None and not v.active:
+            if v is None or not v.active:
                 return "shadow"
         return mode
 

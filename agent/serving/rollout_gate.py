@@ -70,6 +70,8 @@ OBJECTIVES = {
     "gpu-frag": Figure("diff", "gpu_frag_amount_avg"),
 }
 """The objectives an operator may state (``--gate-objective``); ``trouble`` (online health) by default."""
+PACKING_OBJECTIVES = ("gpu-alloc", "gpu-frag")
+"""The objectives of a packing cluster (``fedsched serve --packing-check auto`` checks those models)."""
 GUARDRAILS = (
     Figure("log_ratio", "oom_kills_per_1k_starts"),
     Figure("log_ratio", "throttled_cpu_core_s"),

@@ -11,7 +11,13 @@ seeds give the same numbers whatever the worker count.
 
 Policies are what :func:`fedsched.common.schedulers.make_scheduler` builds, plus, in replay
 mode only, the reference ``oracle`` (:mod:`fedsched.common.sim.replay.oracle`: it reads the
-simulator's hidden usage parameters, so it is no baseline; see :func:`make_policy`).
+simulator's hidden usage parameters, so it is no baseline; see :func:`make_policy`). In packing
+mode the shipped packing policy ``learned`` is judged with the packing check it is served with on
+a packing cluster (``fedsched serve --packing-check``, on by default behind a packing gate
+objective): :data:`PACKING_LEARNED`, the model where the packing simulation of the pods it may
+learn from on the cluster's nodes shows it allocating more than kube-default with evidence, and
+kube-default (what the agent answers in shadow mode) elsewhere. The model alone is its checkpoint
+path (``common/data/policies/default.pt``).
 """
 
 from __future__ import annotations
@@ -31,9 +37,12 @@ from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.metrics import HIGHER_IS_BETTER, LEGACY_COUNTERS, METRICS, mean_ci95
 from fedsched.common.model.traces import split_by_hash
-from fedsched.common.schedulers import Scheduler, SchedulerContext, make_scheduler
+from fedsched.common.schedulers import LEARNED, Scheduler, SchedulerContext, make_scheduler
 from fedsched.common.sim.packing import CURVE_X, run_packing
 from fedsched.common.sim.paired import paired_against
+
+PACKING_LEARNED = f"best-of[kube-default,{LEARNED}]"
+"""What ``learned`` is in packing mode (:func:`make_policy`; :mod:`fedsched.common.sim.portfolio`)."""
 
 
 @dataclass
@@ -78,10 +87,16 @@ def split(spec: EvalSpec) -> tuple[PodTable, PodTable]:
 
 
 def make_policy(name: str, ctx: SchedulerContext, mode: str) -> Scheduler:
-    """``make_scheduler(name, ctx)``, or the replay oracle for ``"oracle"`` (or one of its
+    """``make_scheduler(name, ctx)``; the replay oracle for ``"oracle"`` (or one of its
     variants, ``ORACLE_VARIANTS``) in replay mode (a reference point that reads the simulator's
-    hidden state; never a registered baseline)."""
+    hidden state; never a registered baseline); in packing mode, ``learned`` as a packing cluster
+    serves it (:data:`PACKING_LEARNED`, named ``learned``)."""
     from fedsched.common.sim.replay.oracle import ORACLE_VARIANTS, Oracle, OracleArgs
+
+    if mode == "packing" and name == LEARNED:
+        sched = make_scheduler(PACKING_LEARNED, ctx)
+        sched.name = LEARNED
+        return sched
 
     if name in ORACLE_VARIANTS:
         if mode != "replay":

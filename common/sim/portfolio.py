@@ -18,7 +18,9 @@ kube-default's; six workloads put it 0.4 below, and on the test pods it allocate
 
 The simulations start from an empty cluster with the live node table: the choice is about the
 inventory and the workload, not the moment. They run once per node table (a changed table, a
-node added or removed, is simulated again) and cost ``members x seeds`` packing runs.
+node added or removed, is simulated again) and cost ``members x seeds`` packing runs; a process
+keeps the figures of its last :data:`KEPT_CHOICES` (node table, pool, members, seeds), by content,
+so an evaluation's runs of one cluster (one per seed, each with its own scheduler) simulate once.
 
 Registry names: ``best-of[kube-default,learned]`` (4 workloads each),
 ``best-of[kube-default,learned;seeds=6]``; any registry name is a member, and
@@ -30,8 +32,13 @@ simulator and paired statistics.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +51,7 @@ from fedsched.common.sim.paired import one_sided_bounds
 PREFIX = "best-of["
 SIM_TARGET_LOAD = 1.3  # the simulated workload: the packing protocol's 130% of capacity arrived
 MAX_MEMBERS = 8
+KEPT_CHOICES = 8  # (node table, pool, members, seeds) whose simulated figures a process keeps
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,32 @@ def proven_better(candidate: list[float], reference: list[float]) -> tuple[bool,
     return bool(lower > 0), lower
 
 
+def content_digest(table: Any) -> str:
+    """A digest of a node or pod table's content (every field, arrays by dtype, shape and bytes):
+    equal tables built apart, e.g. in each run of an evaluation, have equal digests."""
+    h = hashlib.sha256()
+    for f in dataclasses.fields(table):
+        v = getattr(table, f.name)
+        h.update(f.name.encode())
+        if isinstance(v, np.ndarray):
+            h.update(f"{v.dtype.str}{v.shape}".encode())
+            h.update(np.ascontiguousarray(v).tobytes())
+        else:
+            h.update(repr(v).encode())
+    return h.hexdigest()
+
+
+_simulated: OrderedDict[tuple[str, str, tuple[str, ...], int], dict[str, list[float]]] = OrderedDict()
+_simulated_lock = threading.Lock()
+
+
+def forget_simulations() -> None:
+    """Drop the figures this process keeps (members are kept by name: a checkpoint file replaced
+    under the same name is simulated again only after this)."""
+    with _simulated_lock:
+        _simulated.clear()
+
+
 class BestOf(Scheduler):
     """Every decision by the member the packing simulation of the pods on this cluster chooses (see
     the module docstring); ``chosen`` names it once a cluster has been seen, ``simulated`` holds each
@@ -141,8 +175,17 @@ class BestOf(Scheduler):
         if nodes is not self._table:
             pool = self.ctx.train_pods
             assert pool is not None
-            self.per_seed = {m: simulated_allocations(nodes, pool, lambda ctx, m=m: make_scheduler(m, ctx),
-                                                      self.args.seeds) for m in self.members}
+            key = (content_digest(nodes), content_digest(pool), tuple(self.members), self.args.seeds)
+            with _simulated_lock:
+                known = _simulated.get(key)
+            if known is None:
+                known = {m: simulated_allocations(nodes, pool, lambda ctx, m=m: make_scheduler(m, ctx),
+                                                  self.args.seeds) for m in self.members}
+                with _simulated_lock:
+                    _simulated[key] = known
+                    while len(_simulated) > KEPT_CHOICES:
+                        _simulated.popitem(last=False)
+            self.per_seed = {m: list(v) for m, v in known.items()}
             self.simulated = {m: float(np.mean(v)) for m, v in self.per_seed.items()}
             ref = self.per_seed[self.members[0]]
             proven = [i for i, m in enumerate(self.members[1:], 1) if proven_better(self.per_seed[m], ref)[0]]

@@ -85,16 +85,29 @@ def test_the_search_is_off_by_default_and_reaches_the_agent_as_given() -> None:
     assert serve.search_args(opts["search"]) == LookaheadArgs()
 
 
-def test_the_packing_check_is_off_by_default_and_the_schema_lists_exactly_the_baselines() -> None:
+@pytest.mark.parametrize(("values", "against"), [
+    ({}, None),  # auto, in shadow mode (the chart's start)
+    ({"mode": "active"}, None),  # auto, and the default gate objective is online health (trouble)
+    ({"mode": "active", "gate": {"objective": "gpu-alloc"}}, "kube-default"),  # a packing cluster
+    ({"mode": "active", "gate": {"objective": "gpu-frag"}}, "kube-default"),
+    ({"mode": "active", "gate": {"objective": "gpu-alloc", "profile": "off"}}, None),  # no gate
+    ({"gate": {"objective": "gpu-alloc"}}, None),  # shadow mode
+    ({"mode": "active", "gate": {"objective": "gpu-alloc"}, "extender": {"packingCheck": "off"}}, None),
+    ({"mode": "active", "extender": {"packingCheck": "fgd"}}, "fgd"),
+])
+def test_the_packing_check_is_on_by_default_for_a_packing_objective(values, against) -> None:
+    """The rendered arguments, resolved by ``fedsched serve``'s own code, name the baseline the
+    served model is checked against."""
+    opts = extender_options(merge(load_values(AGENT, DEFAULTS), values))
+    assert opts["packing-check"] == (values.get("extender", {}).get("packingCheck") or "auto")
+    assert serve.decider_config(opts).packing_check_against == against
+
+
+def test_the_packing_checks_schema_lists_auto_off_and_exactly_the_baselines() -> None:
     import json
 
-    from fedsched.agent.serving.decider import DeciderConfig
     from fedsched.common.schedulers import BASELINES
 
-    assert extender_options(load_values(AGENT, DEFAULTS))["packing-check"] is None
-    values = merge(load_values(AGENT, DEFAULTS), {"extender": {"packingCheck": "kube-default"}})
-    opts = extender_options(values)
-    assert DeciderConfig(packing_check=opts["packing-check"]).packing_check == "kube-default"
     schema = json.loads((CHARTS / AGENT / "values.schema.json").read_text())
     enum = schema["properties"]["extender"]["properties"]["packingCheck"]["enum"]
-    assert set(enum) == {"", *BASELINES}
+    assert set(enum) == {"auto", "off", *BASELINES}

@@ -39,7 +39,7 @@ def fedsched(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
             "cpu_threshold",
         ),
         (["--policy", "learned", "--cluster-csv", NODES, "--insecure", "--packing-check", "lookahead:fgd"],
-         "the packing check compares with a baseline"),
+         "the packing check is auto or a baseline"),
     ],
 )
 def test_bad_options_are_refused_with_a_clear_message(args, message):

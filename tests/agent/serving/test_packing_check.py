@@ -6,6 +6,7 @@ thread of their own, figures equal to the benchmark's own simulation."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 
@@ -86,6 +87,42 @@ def test_nothing_runs_before_min_pool_and_each_model_and_table_is_simulated_once
     assert check.verdict(kd, grown) is not None and len(runs) == 6
 
 
+def test_a_model_is_checked_again_each_time_the_pool_has_doubled(monkeypatch):
+    """The first pods can mislead: the verdict is taken again on twice as many, and stands
+    meanwhile; a pool that has not doubled is not simulated again, whatever the interval."""
+    from fedsched.agent.serving import packing_check
+
+    runs = []
+    real = packing_check.simulated_allocations
+    monkeypatch.setattr(packing_check, "simulated_allocations",
+                        lambda nodes_, pool, *a: runs.append(len(pool)) or real(nodes_, pool, *a))
+    arrivals = ArrivalPool(max_pool=24, min_pool=1)
+    check = PackingCheck(arrivals, "kube-default", seeds=2, min_pool=6, min_interval_s=3600.0)
+    fgd = as_model("fgd")
+
+    def ask(upto: int) -> None:
+        for i in range(len(arrivals), upto):
+            arrivals.record(f"u{i}", Pod.from_table(POOL, i % len(POOL)))
+
+    ask(6)
+    check.verdict(fgd, CLUSTER)
+    check.wait(60)
+    first = check.verdict(fgd, CLUSTER)
+    assert first is not None and first.pods == 6 and runs == [6, 6]
+    ask(11)
+    assert check.verdict(fgd, CLUSTER) is first and not check.running  # not yet twice as many
+    ask(12)
+    assert check.verdict(fgd, CLUSTER) is first and check.running  # twice: checked again, first stands
+    check.wait(60)
+    second = check.verdict(fgd, CLUSTER)
+    assert second is not first and second.pods == 12 and runs == [6, 6, 12, 12]
+    ask(24)  # the pool is full at 24: the last check
+    check.verdict(fgd, CLUSTER)
+    check.wait(60)
+    ask(40)  # still 24 kept: never twice the last verdict's again
+    assert check.verdict(fgd, CLUSTER).pods == 24 and not check.running and runs[4:] == [24, 24]
+
+
 def test_a_changed_node_table_waits_for_the_interval_but_a_new_model_does_not():
     check = PackingCheck(filled(12), "kube-default", seeds=2, min_pool=1, min_interval_s=3600.0)
     fgd = as_model("fgd")
@@ -102,17 +139,41 @@ def test_a_changed_node_table_waits_for_the_interval_but_a_new_model_does_not():
     assert check.verdict(kd, CLUSTER) is not None
 
 
-def test_a_model_file_that_is_another_model_by_now_is_not_simulated_again():
+def test_a_model_whose_file_is_another_model_by_now_is_simulated_in_the_thread():
+    """A refused reload keeps serving a model whose file has moved on: the child finds another
+    version there, and the model in memory is simulated instead (one verdict, no second child)."""
     path = default_policy_path()
     real = load_model(path)
     stale = dataclasses.replace(real, version="an-earlier-file")  # served, but the file has moved on
-    check = PackingCheck(filled(12), "kube-default", seeds=2, min_pool=1)
+    pool = filled(12)
+    check = PackingCheck(pool, "kube-default", seeds=2, min_pool=1)
     assert check.verdict(stale, CLUSTER) is None and check.running
     check.wait(120)
-    assert check.verdict(stale, CLUSTER) is None and not check.running  # known: no second child
+    v = check.verdict(stale, CLUSTER)
+    assert v is not None and not check.running
+    assert v.model_version == "an-earlier-file"
+    expected = simulated_allocations(CLUSTER, pool.pool(), lambda _c: stale.make_scheduler(), 2)
+    assert list(v.policy_runs) == pytest.approx(expected)
 
 
-def test_a_failing_simulation_leaves_the_gates_mode_and_is_not_retried(monkeypatch):
+def test_close_stops_the_child_and_the_model_gets_no_verdict():
+    """``Decider.close()`` (the agent stopping) terminates a simulation under way in its child: the
+    waiting thread ends, nothing is recorded as evidence and nothing starts again."""
+    model = load_model(default_policy_path())
+    check = PackingCheck(filled(12), "kube-default", seeds=16, min_pool=1)
+    assert check.verdict(model, CLUSTER) is None and check.running
+    deadline = time.monotonic() + 60
+    while (check._child is None or not check._child.is_alive()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = check._child
+    assert child is not None and child.is_alive()
+    check.close()
+    check.wait(60)
+    assert not check.running and not child.is_alive()
+    assert check.verdict(model, CLUSTER) is None and not check.running  # recorded: not started again
+
+
+def test_a_failing_simulation_gives_no_verdict_and_is_not_retried(monkeypatch):
     from fedsched.agent.serving import packing_check
 
     calls = []
@@ -129,8 +190,8 @@ def test_a_failing_simulation_leaves_the_gates_mode_and_is_not_retried(monkeypat
     assert check.verdict(model, CLUSTER) is None and check.verdict(model, CLUSTER) is None and calls == [1]
 
 
-@pytest.mark.parametrize(("kw", "msg"), [({"against": "lookahead:fgd"}, "compares with a baseline"),
-                                         ({"against": "learned"}, "compares with a baseline"),
+@pytest.mark.parametrize(("kw", "msg"), [({"against": "lookahead:fgd"}, "a baseline"),
+                                         ({"against": "learned"}, "a baseline"),
                                          ({"seeds": 1}, "seeds"), ({"min_pool": 0}, "min_pool")])
 def test_bad_arguments_are_refused(kw, msg):
     with pytest.raises(ValueError, match=msg):
@@ -157,7 +218,7 @@ def test_the_decider_serves_the_checks_verdict_and_exports_its_figures(against, 
     for i in range(len(POOL)):
         obj = pod_to_json(Pod.from_table(POOL, i), f"p-{i}", CLUSTER.models, uid=f"u-{i}")
         d.filter(obj, names)  # pods asked for are recorded; nothing is bound
-    assert d.mode_for(model) == "active"  # the first verdict is being simulated: the gate's mode
+    assert d.mode_for(model) == "shadow"  # the first verdict is being simulated: no evidence yet
     d.packing_check.wait(120)
     v = d.packing_check.verdict(model, cache.table)
     assert v is not None and v.active is active

@@ -11,13 +11,28 @@ import pytest
 from fedsched.common.model.cluster import ClusterState
 from fedsched.common.schedulers import SchedulerContext, make_scheduler
 from fedsched.common.sim.packing import run_packing
-from fedsched.common.sim.portfolio import SIM_TARGET_LOAD, BestOf, BestOfArgs, parse_name, proven_better
+from fedsched.common.sim.portfolio import (
+    SIM_TARGET_LOAD,
+    BestOf,
+    BestOfArgs,
+    forget_simulations,
+    parse_name,
+    proven_better,
+)
 from tests.common.schedulers.sched_testkit import nodes, pod_table, whole
 
 # Four 2-GPU nodes; single-GPU pods and whole-node pods. Spreading the single-GPU pods (kube-default)
 # leaves no node free for the 2-GPU pods; packing them (FGD) keeps nodes whole.
 CLUSTER = nodes(cpu=[16000] * 4, gpu=[2] * 4)
 POOL = pod_table([(2000, 1024, 1, 1000)] * 6 + [(4000, 2048, 2, 1000)] * 6)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_figures():
+    """Each test simulates (or fakes) its own figures: none are kept from another test."""
+    forget_simulations()
+    yield
+    forget_simulations()
 
 
 @pytest.mark.parametrize(("name", "members", "seeds"), [
@@ -140,3 +155,30 @@ def test_each_node_table_is_simulated_once(monkeypatch):
     one = nodes(cpu=[16000], gpu=[2])
     sched.score(ClusterState(one), p, np.arange(1))  # a changed table: simulated again
     assert calls[8:] == [one] * 8 and sched.chosen == "kube-default"  # equal on one node: the reference
+
+
+def test_equal_tables_built_apart_are_simulated_once_in_a_process(monkeypatch):
+    """An evaluation builds a scheduler, its node table and its pods anew in each run: the figures
+    of equal content are reused, a different pool or member list is simulated."""
+    from fedsched.common.sim import portfolio
+
+    calls = []
+    real = portfolio.run_packing
+    monkeypatch.setattr(portfolio, "run_packing", lambda *a, **k: calls.append(1) or real(*a, **k))
+    p = whole(1, cpu=2000, mem=1024)
+    chosen = []
+    for _ in range(3):  # three runs, each with tables of its own
+        cluster = nodes(cpu=[16000] * 4, gpu=[2] * 4)
+        pool = pod_table([(2000, 1024, 1, 1000)] * 6 + [(4000, 2048, 2, 1000)] * 6)
+        assert cluster is not CLUSTER and pool is not POOL
+        sched = make_scheduler("best-of[kube-default,fgd]", SchedulerContext(train_pods=pool))
+        sched.score(ClusterState(cluster), p, np.arange(4))
+        chosen.append((sched.chosen, sched.per_seed))
+    assert len(calls) == 8 and all(c == chosen[0] for c in chosen) and chosen[0][0] == "fgd"
+    other_pool = pod_table([(2000, 1024, 1, 1000)] * 12)
+    make_scheduler("best-of[kube-default,fgd]", SchedulerContext(train_pods=other_pool)).score(
+        ClusterState(CLUSTER), p, np.arange(4))
+    assert len(calls) == 16
+    make_scheduler("best-of[fgd,kube-default]", SchedulerContext(train_pods=POOL)).score(
+        ClusterState(CLUSTER), p, np.arange(4))
+    assert len(calls) == 24  # the members in another order: another choice
