@@ -68,6 +68,7 @@ class RunOutput:
     metrics: dict[str, float]
     curve: list[float] | None  # packing: allocation % at CURVE_X arrived %
     idle_gpu: dict[str, Any] | None = None  # packing: where the GPU stays idle at the end (PackingResult)
+    choice: dict[str, Any] | None = None  # a best-of[...] choice: the member chosen, simulated means
 
 
 def scheduler_context(train: PodTable, seed: int) -> SchedulerContext:
@@ -117,7 +118,8 @@ def run_one(spec: EvalSpec, policy: str, seed: int) -> RunOutput:
     if spec.mode == "packing":
         res = run_packing(spec.nodes, work, scheduler, target_load=spec.target_load, seed=seed,
                           typical=typical)
-        return RunOutput(policy, seed, res.metrics, [float(v) for v in res.curve(CURVE_X)], res.idle_gpu)
+        return RunOutput(policy, seed, res.metrics, [float(v) for v in res.curve(CURVE_X)], res.idle_gpu,
+                         choice_of(scheduler))
     if spec.mode == "replay":
         from fedsched.common.sim.replay import ReplayConfig, run_replay
 
@@ -125,6 +127,15 @@ def run_one(spec: EvalSpec, policy: str, seed: int) -> RunOutput:
         res = run_replay(spec.nodes, work, scheduler, config=cfg, seed=seed, typical=typical)
         return RunOutput(policy, seed, res.metrics, None)
     raise ValueError(f"unknown mode {spec.mode!r}: expected packing or replay")
+
+
+def choice_of(scheduler: Scheduler) -> dict[str, Any] | None:
+    """What a ``best-of[...]`` scheduler chose (None for any other, or before it saw a cluster)."""
+    from fedsched.common.sim.portfolio import BestOf
+
+    if not isinstance(scheduler, BestOf) or scheduler.chosen is None:
+        return None
+    return {"chosen": scheduler.chosen, "simulated": dict(scheduler.simulated)}
 
 
 def _run_star(args: tuple[EvalSpec, str, int]) -> RunOutput:
@@ -170,6 +181,8 @@ def aggregate(spec: EvalSpec, outputs: list[RunOutput]) -> dict[str, Any]:
     for p in spec.policies:
         runs = sorted((o for o in outputs if o.policy == p), key=lambda o: o.seed)
         result["runs"][p] = {str(o.seed): o.metrics for o in runs}
+        if any(o.choice is not None for o in runs):
+            result.setdefault("choices", {})[p] = {str(o.seed): o.choice for o in runs}
         result["policies"][p] = {}
         for m in METRICS:
             mean, ci = mean_ci95([o.metrics.get(m, float("nan")) for o in runs])
@@ -211,6 +224,12 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(label[m].ljust(w0) + "".join(cells[m, p].rjust(widths[p]) for p in pols))
     n = len(result["seeds"])
     lines.append(f"({result['mode']}, {n} seeds, mean ± 95% CI half-width; * best; split: {result['split']})")
+    for p, by_seed in result.get("choices", {}).items():
+        chosen = sorted({c["chosen"] for c in by_seed.values() if c is not None})
+        first = next(c for c in by_seed.values() if c is not None)
+        sims = ", ".join(f"{m} {v:.2f}%" for m, v in first["simulated"].items())
+        lines.append(f"{p}: the packing simulation of the statistics pods on this cluster chose "
+                     f"{' / '.join(chosen)} (simulated allocation: {sims})")
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ import pytest
 from fedsched.common.learning.scorers import PolicyScheduler
 from fedsched.common.schedulers import LEARNED, SchedulerContext, default_policy_path
 from fedsched.common.sim import portfolio
-from fedsched.common.sim.evaluate import EvalSpec, make_policy, run_one
+from fedsched.common.sim.evaluate import EvalSpec, evaluate, format_table, make_policy, run_one
 from fedsched.common.sim.portfolio import BestOf, forget_simulations
 from tests.common.schedulers.sched_testkit import nodes, pod_table
 
@@ -50,6 +50,20 @@ def test_where_the_model_is_proven_better_learned_runs_are_the_models():
     model = runs(str(default_policy_path()))
     assert runs(LEARNED) == model
     assert any(m != k for m, k in zip(model, runs("kube-default"), strict=True))  # the choice mattered
+
+
+def test_the_evaluation_reports_the_choice():
+    """``fedsched evaluate`` says what ``learned`` was on the cluster, with the simulated figures."""
+    s = spec()
+    s.policies = [LEARNED, "kube-default"]
+    result = evaluate(s, jobs=1)
+    choices = result["choices"]
+    assert list(choices) == [LEARNED] and set(choices[LEARNED]) == {str(x) for x in SEEDS}
+    assert {c["chosen"] for c in choices[LEARNED].values()} == {LEARNED}
+    sims = choices[LEARNED][str(SEEDS[0])]["simulated"]
+    assert set(sims) == {"kube-default", LEARNED} and sims[LEARNED] > sims["kube-default"]
+    assert f"{LEARNED}: the packing simulation of the statistics pods on this cluster chose {LEARNED} " \
+        f"(simulated allocation: kube-default {sims['kube-default']:.2f}%" in format_table(result)
 
 
 def test_where_it_is_not_learned_runs_are_kube_defaults(monkeypatch):
