@@ -20,13 +20,17 @@ model alone): the agent answers kube-default's scores (shadow mode) until its si
 asked for so far shows the model allocating more than the baseline with evidence, and the pod is
 bound where that answer puts it, on kube-default's GPUs. The run waits for the check's simulation
 when one starts: the pods of a GPU cluster arrive over days, the simulation takes a minute.
+``--packing-alternatives`` (``fedsched serve``'s, FGD by default; ``off``) are simulated beside
+the model, and where one of them is proven and allocates the most it answers instead, its pick bound
+on the GPUs it chooses (the roll-out gate is off here, as everywhere in this benchmark).
 
 The figures are paired by seed with the columns of an ``agent_quality`` JSON (``--pair``, the same
 scenario and seeds): what serving changes against the policy measured in the benchmark, and
 against FGD and kube-default.
 
     python bench/served_search_packing.py [--search default|""] [--packing-check kube-default]
-        [--policy learned] [--scenario cpubound/openb-1] [--seeds 10] [--jobs 2]
+        [--packing-alternatives fgd|off] [--policy learned] [--scenario cpubound/openb-1]
+        [--seeds 10] [--jobs 2]
         [--pair bench/results/agent_quality_lookahead_learned.json] [--json OUT]
 """
 
@@ -44,6 +48,7 @@ import numpy as np
 from agent_quality import scenario_spec
 from harness.provenance import write_json
 
+from fedsched.cli.serve import packing_alternatives
 from fedsched.common.compute import single_threaded
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.metrics import mean_ci95
@@ -54,8 +59,8 @@ RESULTS = ("switched", "kept", "single", "no-pool")
 
 
 def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: float,
-             mem_threshold: float, max_pods: int | None = None, packing_check: str | None = None
-             ) -> dict[str, Any]:
+             mem_threshold: float, max_pods: int | None = None, packing_check: str | None = None,
+             alternatives: tuple[str, ...] = ()) -> dict[str, Any]:
     """One packing run through the agent; its metrics, what the search did, what the filter refused
     and, with the packing check, the decisions per source and the check's verdict."""
     from fedsched.agent.cluster.cache import ClusterCache
@@ -76,11 +81,11 @@ def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: 
     cache = ClusterCache.from_table(nodes)
     cfg = DeciderConfig(gate=None, budget_ms=1e6, search=search_args(search or None),
                         safety=SafetyConfig(cpu_threshold=cpu_threshold, mem_threshold=mem_threshold),
-                        packing_check=packing_check)
+                        packing_check=packing_check, packing_alternatives=alternatives)
     decider = Decider(cache, ModelStore(policy), cfg)
     check = decider.packing_check
     names = list(nodes.names)
-    sources = {"policy": 0, "shadow": 0}
+    sources = {"policy": 0, "shadow": 0, **{a: 0 for a in alternatives}}
     try:
         while (item := sim.next_pod()) is not None and (max_pods is None or sim.k < max_pods):
             pod, _ = item
@@ -94,15 +99,16 @@ def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: 
                 sim.bind(Placement(-1))
                 continue
             d = decider.prioritize(obj, passed)
+            served = decider.serving(decider.models.current)[1] if check is not None else None
             if check is not None and check.running:
                 check.wait()
             shadow = d.source == "fallback" and d.reason == "shadow"
             if not (d.source == "policy" or shadow) or d.chosen is None:
                 raise RuntimeError(f"pod {sim.k}: the agent answered {d.source} ({d.reason}), not the policy")
-            sources["shadow" if shadow else "policy"] += 1
+            sources["shadow" if shadow else served.name if served is not None else "policy"] += 1
             node = cache.index[d.chosen]
             gpus = (default_gpu_choice(cache.state, pod, node) if shadow
-                    else decider.models.current.scheduler.select_gpus(cache.state, pod, node))
+                    else (served or decider.models.current.scheduler).select_gpus(cache.state, pod, node))
             cache.bind(uid, pod, d.chosen, gpus)
             sim.bind(Placement(node, gpus))
             if sim.k % 2000 == 0:
@@ -119,7 +125,7 @@ def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: 
     verdict = None
     if check is not None and (v := check.verdict(decider.models.current, cache.table)) is not None:
         verdict = {"active": v.active, "lower": v.lower, "policy": v.policy, "against": v.against,
-                   "pods": v.pods}
+                   "pods": v.pods, "figures": v.figures(), "serves": v.choose(("policy", *alternatives))}
     return {"seed": seed, "metrics": res.metrics, "searches": searches, "refused": refused,
             "sources": sources, "verdict": verdict, "wall_s": time.time() - t0}
 
@@ -137,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default="learned", help="the served checkpoint or shipped policy name")
     ap.add_argument("--search", default="default", help="fedsched serve --search's arguments ('': off)")
     ap.add_argument("--packing-check", help="fedsched serve --packing-check's baseline (default: off)")
+    ap.add_argument("--packing-alternatives", default="fgd",
+                    help="fedsched serve --packing-alternatives (with --packing-check; off: none)")
     ap.add_argument("--seeds", type=int, default=10, help=f"seeds {SEED0}, {SEED0 + 1}, ...")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--cpu-threshold", type=float, default=1.0)
@@ -153,10 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         other = json.loads(args.pair.read_text())["scenarios"][args.scenario]["result"]["runs"]
     t0 = time.time()
     seeds = list(range(SEED0, SEED0 + args.seeds))
+    alternatives = packing_alternatives(args.packing_alternatives) if args.packing_check else ()
     runs: dict[int, dict[str, Any]] = {}
     with ProcessPoolExecutor(args.jobs) as pool:
         futs = [pool.submit(run_seed, args.scenario, args.policy, args.search, s, args.cpu_threshold,
-                            args.mem_threshold, args.max_pods, args.packing_check) for s in seeds]
+                            args.mem_threshold, args.max_pods, args.packing_check, alternatives)
+                for s in seeds]
         for f in as_completed(futs):
             r = f.result()
             runs[r["seed"]] = r
@@ -168,11 +178,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     metrics = {s: r["metrics"] for s, r in runs.items()}
     mean, ci = mean_ci95([m[args.metric] for m in metrics.values()])
-    label = f"served {args.policy} --search {args.search!r} --packing-check {args.packing_check}"
+    label = (f"served {args.policy} --search {args.search!r} --packing-check {args.packing_check} "
+             f"--packing-alternatives {','.join(alternatives) or 'off'}")
     print(f"{args.scenario}, {len(seeds)} seeds: {label}: {args.metric} {mean:.2f} ± {ci:.2f}")
     out: dict[str, Any] = {"benchmark": "served_search_packing", "scenario": args.scenario,
                            "policy": args.policy, "search": args.search,
-                           "packing_check": args.packing_check, "seeds": seeds,
+                           "packing_check": args.packing_check, "packing_alternatives": list(alternatives),
+                           "seeds": seeds,
                            "cpu_threshold": args.cpu_threshold, "mem_threshold": args.mem_threshold,
                            "metric": args.metric,
                            "served": {"mean": mean, "ci95": ci}, "runs": {str(s): runs[s] for s in seeds},

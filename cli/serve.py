@@ -108,6 +108,10 @@ OPTIONS: dict[str, tuple[type, Any, str]] = {
                                    "256 pods have been asked for), checked again for each new model or node "
                                    "table; auto: against kube-default when the gate judges the policy on a "
                                    "packing objective (gpu-alloc, gpu-frag), else off; off"),
+    "packing-alternatives": (str, "fgd", "baselines the packing check also simulates, comma-separated: "
+                                         "where one of them allocates the most with evidence it serves "
+                                         "in the policy's place (only where the roll-out gate admits it "
+                                         "by its own shipped evidence, when the gate is on); off: none"),
     "scheduler-name": (str, "fedsched", "act on pods of this scheduler profile ('*': every pod)"),
     "cpu-threshold": (float, 0.9, "refuse nodes whose real CPU use is above this share"),
     "mem-threshold": (float, 0.9, "refuse nodes whose real memory use is above this share"),
@@ -268,7 +272,19 @@ def decider_config(opts: dict[str, Any]) -> DeciderConfig:
     return DeciderConfig(opts["mode"], opts["budget-ms"], None if name == "*" else name, opts["seed"], safety,
                          gate, opts["gate-objective"], early_rank=not opts["no-early-rank"],
                          assume=not opts["cluster-csv"], search=search_args(opts["search"]),
-                         packing_check=None if opts["packing-check"] == "off" else opts["packing-check"])
+                         packing_check=None if opts["packing-check"] == "off" else opts["packing-check"],
+                         packing_alternatives=packing_alternatives(opts["packing-alternatives"]))
+
+
+def packing_alternatives(text: str) -> tuple[str, ...]:
+    """``--packing-alternatives``' names (``off``: none); a ``ValueError`` that names the option."""
+    names = tuple(n.strip() for n in text.split(","))
+    if text.strip() == "off":
+        return ()
+    if not all(names):
+        raise ValueError(f"--packing-alternatives {text!r}: expected baseline names separated by commas, "
+                         "or off")
+    return names
 
 
 def search_args(text: str | None) -> LookaheadArgs | None:

@@ -69,17 +69,18 @@ from fedsched.agent.cluster.cache import EXCLUDE_LABEL, ClusterCache
 from fedsched.agent.serving.arrivals import ArrivalPool
 from fedsched.agent.serving.metrics import ServingMetrics
 from fedsched.agent.serving.model_store import LoadedModel, ModelStore
-from fedsched.agent.serving.packing_check import PackingCheck
+from fedsched.agent.serving.packing_check import POLICY, PackingCheck, PackingVerdict, check_alternatives
 from fedsched.agent.serving.rollout_gate import OBJECTIVES, PACKING_OBJECTIVES, GateVerdict, gate
 from fedsched.agent.serving.search import ServingSearch
 from fedsched.common.learning.nets import WEIGHT_TERMS
 from fedsched.common.learning.scorers import WeightScheduler
 from fedsched.common.model.cluster import MILLI_PER_GPU, Pod
 from fedsched.common.model.profiles import PROFILES, cluster_profiles
-from fedsched.common.schedulers import BASELINES
+from fedsched.common.schedulers import BASELINES, SchedulerContext, make_scheduler
 from fedsched.common.schedulers.base import NonFiniteScores, Ranking, Scheduler, rank
 from fedsched.common.schedulers.kube_default import kube_default_scores
 from fedsched.common.schedulers.lookahead import Lookahead, LookaheadArgs
+from fedsched.common.sim.evidence import baseline_evidence
 
 log = logging.getLogger("fedsched.serve")
 
@@ -129,6 +130,9 @@ class DeciderConfig:
     # this baseline (agent/serving/packing_check.py, e.g. "kube-default"); "auto": against
     # kube-default where the gate judges the model on packing (PACKING_OBJECTIVES), else off; None: off.
     packing_check: str | None = None
+    # Baselines the packing check also simulates and serves where one of them allocates the most with
+    # evidence (each only where the roll-out gate admits it by its own evidence, when the gate is on).
+    packing_alternatives: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -143,6 +147,10 @@ class DeciderConfig:
         if self.packing_check not in (None, "auto") and self.packing_check not in BASELINES:
             raise ValueError(f"the packing check is auto or a baseline ({', '.join(sorted(BASELINES))}), "
                              f"got {self.packing_check!r}")
+        against = self.packing_check_against or "kube-default"
+        # an alternative that is the baseline the check compares with is that baseline: dropped
+        self.packing_alternatives = check_alternatives(
+            [a for a in self.packing_alternatives if a != against], against)
 
     @property
     def packing_check_against(self) -> str | None:
@@ -169,7 +177,9 @@ class Decision:
 
     hosts: list[str]
     scores: list[int]  # 0..10, one per host, in request order
-    source: str  # policy | fallback | neutral
+    # policy (the model's ranking, or the packing check's alternative's where it serves in the model's
+    # place: fedsched_packing_check_serving says which) | fallback | neutral
+    source: str
     reason: str = ""  # the fallback's reason
     model_version: str = ""
     chosen: str | None = None  # the node the answer makes kube pick (None: no opinion)
@@ -200,6 +210,7 @@ class _EarlyRanking:
     pod: Pod
     names: list[str]  # the candidates, as filter passed them (prioritize's NodeNames)
     model: LoadedModel
+    served: Scheduler | None  # the packing check's alternative that ranked in the model's place
     rng_uses: int  # Decider._rng_uses when it started: the stream it drew from is still current
     future: Future  # -> (Ranking, features, cache generation, tie-break generator state after, search result)
 
@@ -274,11 +285,15 @@ class Decider:
         if self.cfg.search is not None:
             self.search = ServingSearch(self.cfg.search, arrivals=self.arrivals)
         self.packing_check: PackingCheck | None = None
+        self._alternative_gate: dict[tuple[str, tuple[str, ...]], GateVerdict] = {}
+        self._alternative: tuple[PackingVerdict | None, str, Scheduler | None] = (None, "", None)
         if against is not None and self.arrivals is not None:
-            self.packing_check = PackingCheck(self.arrivals, against, on_verdict=lambda v: (
-                self.metrics.set_packing_check(v.model_version, v.policy, against, v.against)))
+            self.packing_check = PackingCheck(self.arrivals, against, on_verdict=self._packing_verdict,
+                                              alternatives=self.cfg.packing_alternatives)
+            alts = self.cfg.packing_alternatives
             log.info("packing check on: the model is served actively only where a packing simulation of "
-                     "the pods asked for on this cluster's nodes allocates more than with %s", against)
+                     "the pods asked for on this cluster's nodes allocates more than with %s%s", against,
+                     f" and the most of the model and {', '.join(alts)}" if alts else "")
         if self.search is not None:
             log.info("decision-time search on (%s): arrivals drawn from the last %d pods asked for, once "
                      "%d have been", self.search.spec, self.search.max_pool, self.search.min_pool)
@@ -314,13 +329,68 @@ class Decider:
         """The mode this model is served in: ``cfg.mode``, or shadow where the roll-out gate
         refuses it on this cluster's profile (the verdict is logged and exported once per model
         and profile) or, with the packing check on, until its simulation of this cluster shows the
-        model packing more than the scheduler it replaces (no verdict yet is no evidence)."""
+        model (or an alternative: :meth:`serving`) packing more than the scheduler it replaces (no
+        verdict yet is no evidence)."""
+        return self.serving(model)[0]
+
+    def serving(self, model: LoadedModel) -> tuple[str, Scheduler | None]:
+        """(the mode, the packing check's alternative that serves in the model's place or None):
+        active with None is the model, active with a scheduler that alternative (a baseline
+        scoring through the same ranking, built on the pods the verdict simulated)."""
         mode = self._gate_mode(model)
-        if mode == "active" and self.packing_check is not None:
-            v = self.packing_check.verdict(model, self.cache.table)
-            if v is None or not v.active:
-                return "shadow"
-        return mode
+        check = self.packing_check
+        if check is None or self.cfg.mode == "shadow":
+            return mode, None
+        eligible = self._eligible(model, mode)
+        if not eligible:
+            return "shadow", None
+        v = check.verdict(model, self.cache.table)
+        pick = v.choose(eligible) if v is not None else None
+        if pick is None:
+            return "shadow", None
+        if pick == POLICY:
+            return "active", None
+        return "active", self._alternative_scheduler(v, pick)
+
+    def _eligible(self, model: LoadedModel, mode: str) -> tuple[str, ...]:
+        """The packing check's candidates that may serve: the model where the gate admits it, each
+        alternative where the gate admits it by its own evidence (every one with the gate off)."""
+        return ((POLICY,) if mode == "active" else ()) + tuple(
+            a for a in self.cfg.packing_alternatives if self._alternative_admitted(a))
+
+    def _alternative_admitted(self, name: str) -> bool:
+        if self.cfg.gate is None:
+            return True  # the operator serves without the gate: their choice, as for the model
+        profiles = self._profiles() if self.cfg.gate == "auto" else (self.cfg.gate,)
+        key = (name, profiles)
+        verdict = self._alternative_gate.get(key)
+        if verdict is None:
+            evidence = baseline_evidence(name)
+            verdict = self._alternative_gate[key] = gate({"evidence": evidence} if evidence else {}, profiles,
+                                                         self.cfg.gate_objective)
+            (log.info if verdict.active else log.warning)(
+                "roll-out gate: the packing check's alternative %s %s on this %s cluster: %s", name,
+                "may serve" if verdict.active else "never serves", verdict.profile, verdict.reason)
+        return verdict.active
+
+    def _alternative_scheduler(self, v: PackingVerdict, name: str) -> Scheduler:
+        """The alternative ``name`` for verdict ``v``, built once per verdict (its context: the pods
+        the verdict simulated, as the benchmark's runs give it theirs)."""
+        kept_v, kept_name, sched = self._alternative
+        if kept_v is v and kept_name == name and sched is not None:
+            return sched
+        ctx = SchedulerContext(train_pods=v.pool, rng=np.random.default_rng(self.cfg.seed))
+        sched = make_scheduler(name, ctx)
+        self._alternative = (v, name, sched)
+        return sched
+
+    def _packing_verdict(self, v: PackingVerdict) -> None:
+        """A new packing verdict (on the check's thread): exported with what serves after it."""
+        model = self.models.current
+        pick = v.choose(self._eligible(model, self._gate_mode(model))) if model.version == v.model_version \
+            else None
+        figures = {**v.figures(), self.packing_check.against if self.packing_check else "against": v.against}
+        self.metrics.set_packing_check(v.model_version, figures, pick or self.cfg.packing_check_against or "")
 
     def _gate_mode(self, model: LoadedModel) -> str:
         if self.cfg.mode == "shadow" or self.cfg.gate is None:
@@ -476,6 +546,7 @@ class Decider:
         if not uid:
             return  # nothing to match prioritize by: it ranks itself
         cache, model = self.cache, self.models.current
+        served = self.serving(model)[1]
         rng = np.random.default_rng()
         rng.bit_generator.state = self.rng.bit_generator.state
         uses = self._rng_uses
@@ -484,25 +555,25 @@ class Decider:
             with cache.lock:
                 if cache.table is not table:
                     return None  # the node table was rebuilt since filter: the ids mean other nodes
-                r, features, searched = self._rank(model, uses, pod, rng, ids[cache.schedulable[ids]])
+                r, features, searched = self._rank(model, uses, pod, rng, ids[cache.schedulable[ids]], served)
                 return r, features, cache.generation, rng.bit_generator.state, searched
 
         fut = self._submit(call)
         if isinstance(fut, str):
             return  # the worker is busy: prioritize ranks itself
-        old, self._early = self._early, _EarlyRanking(uid, pod, names, model, uses, fut)
+        old, self._early = self._early, _EarlyRanking(uid, pod, names, model, served, uses, fut)
         if old is not None:
             self.metrics.early_rankings.labels(result="unused").inc()
 
     def _take_early(self, pod_obj: dict, pod: Pod, names: list[str], model: LoadedModel,
-                    t0: float) -> tuple[Ranking | None, Any, str] | None:
+                    served: Scheduler | None, t0: float) -> tuple[Ranking | None, Any, str] | None:
         """The early ranking of this decision, if there is one that holds (``_run_policy``'s
         answer), else None."""
         early = self._early
         if early is None or early.uid != _uid(pod_obj):
             return None
         self._early = None
-        if early.model is not model or early.pod != pod or early.names != names:
+        if early.model is not model or early.served is not served or early.pod != pod or early.names != names:
             self.metrics.early_rankings.labels(result="unused").inc()
             return None
         done, reason = self._await(early.future, model, t0, self._reserve_s(len(names)))
@@ -522,7 +593,7 @@ class Decider:
     def prioritize(self, pod_obj: dict, names: list[str], t0: float | None = None) -> Decision:
         t0 = time.perf_counter() if t0 is None else t0
         model = self.models.current
-        mode = self.mode_for(model)
+        mode, served = self.serving(model)
         if _neutral_pod(pod_obj, self.cfg.scheduler_name):
             self.metrics.decisions.labels(
                 mode=mode, source="neutral", model_version=model.version
@@ -533,12 +604,12 @@ class Decider:
         if self.arrivals is not None:
             self.arrivals.record(_uid(pod_obj), pod)
         cache = self.cache
-        early = self._take_early(pod_obj, pod, names, model, t0) if self._early is not None else None
+        early = self._take_early(pod_obj, pod, names, model, served, t0) if self._early is not None else None
         for _ in range(2):  # once more if the node table was rebuilt meanwhile (the ids changed)
             table = cache.table
             ids, pos = cache.lookup_positions(names)
             ranking, features, reason = (early if early is not None
-                                         else self._run_policy(model, pod, ids, t0, table))
+                                         else self._run_policy(model, pod, ids, t0, table, served))
             if cache.table is table:
                 break
             early = None
@@ -587,17 +658,18 @@ class Decider:
         return d
 
     def _run_policy(
-        self, model: LoadedModel, pod: Pod, ids: np.ndarray, t0: float, table: Any
+        self, model: LoadedModel, pod: Pod, ids: np.ndarray, t0: float, table: Any, served: Scheduler | None
     ) -> tuple[Ranking | None, Any, str]:
         """(ranking or None, the policy's features, fallback reason) for the node ids ``ids`` of
-        the node table ``table`` (reason "table" when it was rebuilt before the ranking ran)."""
+        the node table ``table`` (reason "table" when it was rebuilt before the ranking ran), by
+        the model or the packing check's alternative ``served``."""
         cache = self.cache
 
         def call() -> tuple[Ranking, Any, str]:
             with cache.lock:
                 if cache.table is not table:
                     raise _TableChanged
-                out = self._rank(model, self._rng_uses, pod, self.rng, ids[cache.schedulable[ids]])
+                out = self._rank(model, self._rng_uses, pod, self.rng, ids[cache.schedulable[ids]], served)
                 self._rng_uses += 1
                 return out
 
@@ -608,9 +680,13 @@ class Decider:
         return out[0], out[1], ""
 
     def _rank(self, model: LoadedModel, uses: int, pod: Pod, rng: np.random.Generator,
-              candidates: np.ndarray) -> tuple[Ranking, Any, str]:
+              candidates: np.ndarray, served: Scheduler | None = None) -> tuple[Ranking, Any, str]:
         """(the ranking, the policy's features, the search's result or "") of the decision at place
-        ``uses`` of the decision stream; on the worker, under the cache lock."""
+        ``uses`` of the decision stream, by the model (through the search when it is on) or by the
+        packing check's alternative ``served``; on the worker, under the cache lock."""
+        if served is not None:
+            r = rank(served, self.cache.state, pod, rng, candidates=candidates)
+            return r, None, ""
         scheduler: Scheduler = model.scheduler
         if self.search is not None:
             scheduler = self.search.scheduler(model, uses)

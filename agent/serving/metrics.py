@@ -92,8 +92,16 @@ class ServingMetrics:
             "fedsched_packing_check_allocation_percent",
             "Packing check (--packing-check): the allocation (%) a packing simulation of the pods asked "
             "for on this cluster's nodes reaches with the model (scheduler=policy) and with the "
-            "scheduler it replaces, means over the simulated workloads; the model is served in shadow "
-            "mode unless it allocates more with evidence (a one-sided 95% paired lower bound above 0)",
+            "scheduler it replaces and each alternative (--packing-alternatives), means over the "
+            "simulated workloads; the model is served in shadow mode unless it allocates more with evidence "
+            "(a one-sided 95% paired lower bound above 0)",
+            ["model_version", "scheduler"],
+            registry=r,
+        )
+        self.packing_serving = Gauge(
+            "fedsched_packing_check_serving",
+            "Packing check: the scheduler serving this cluster's decisions after the latest verdict "
+            "(value 1): policy (the model), an alternative, or the one the model replaces (shadow mode)",
             ["model_version", "scheduler"],
             registry=r,
         )
@@ -192,11 +200,14 @@ class ServingMetrics:
         self.policy_active.labels(model_version=version, profile=profile, reason=reason).set(
             1 if active else 0)
 
-    def set_packing_check(self, version: str, policy: float, against_name: str, against: float) -> None:
-        """The packing check's latest verdict (the previous model's figures are dropped)."""
+    def set_packing_check(self, version: str, figures: dict[str, float], serving: str) -> None:
+        """The packing check's latest verdict: each simulated scheduler's figure (``policy``: the
+        model) and what serves (the previous model's figures are dropped)."""
         self.packing_check.clear()
-        self.packing_check.labels(model_version=version, scheduler="policy").set(policy)
-        self.packing_check.labels(model_version=version, scheduler=against_name).set(against)
+        for name, value in figures.items():
+            self.packing_check.labels(model_version=version, scheduler=name).set(value)
+        self.packing_serving.clear()
+        self.packing_serving.labels(model_version=version, scheduler=serving).set(1)
 
     def set_model(self, version: str, path: str) -> None:
         self.model_info.clear()

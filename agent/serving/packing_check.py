@@ -12,7 +12,15 @@ arrivals until 130% of the measured resource, ``seeds`` workloads), with the ser
 stays active only when it allocates more with evidence (the one-sided 95% lower bound of the mean
 paired difference above 0, :func:`~fedsched.common.sim.portfolio.proven_better`: the roll-out
 gate's test); otherwise, and until that evidence exists, the decider serves in shadow mode (default
-scores, the policy logged). It is the choice ``best-of[<against>,<model>]`` makes in the benchmark.
+scores, the policy logged). It is the choice ``best-of[<against>,<model>,...]`` makes in the benchmark.
+
+Alternatives (``fedsched serve --packing-alternatives``, FGD by default): baselines simulated
+beside the model on the same workloads. Of the candidates allowed to serve (the model where the
+roll-out gate admits it, an alternative where the gate admits it by its own evidence), those that
+allocate more than ``against`` with evidence compete on their means, and the highest serves
+(:meth:`PackingVerdict.choose`); none proven is shadow. FGD serves where it packs this cluster's
+pods best (on openb's CPU-heavy workload it allocates about two points more GPU than the shipped
+model), but never where its own replay evidence shows it harming a guardrail.
 ``fedsched serve`` turns it on by default (``--packing-check auto``) for a model the roll-out gate
 admits on a packing objective (``--gate-objective gpu-alloc`` or ``gpu-frag``): the gate's evidence
 comes from the benchmark's inventories, and on an inventory where CPU runs out before the GPUs the
@@ -40,14 +48,15 @@ May import: ``fedsched.common``, the serving model store and the arrival pool.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import multiprocessing
 import multiprocessing.process
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -60,6 +69,7 @@ from fedsched.common.sim.portfolio import proven_better, simulated_allocations
 
 log = logging.getLogger("fedsched.serve")
 
+POLICY = "policy"  # the served model among the check's candidates
 MIN_POOL = 256  # pods asked for before the first simulation
 SEEDS = 4  # simulated workloads per scheduler
 MIN_INTERVAL_S = 600.0  # a changed node table is simulated again at most this often (autoscaling churn)
@@ -68,16 +78,20 @@ KEPT = 8  # model versions whose verdicts are kept (a federation reloads a new o
 
 @dataclass(frozen=True)
 class PackingVerdict:
-    """One check of a model on a node table: the simulated allocation (%) of the model and of the
-    scheduler it replaces per workload, and whether the model is served actively."""
+    """One check of a model on a node table: the simulated allocation (%) of the model, of the
+    scheduler it replaces and of each alternative per workload, and whether the model is served
+    actively (the choice among every candidate: :meth:`choose`)."""
 
     model_version: str
     policy_runs: tuple[float, ...]
     against_runs: tuple[float, ...]
     pods: int
     nodes: int
-    active: bool  # the policy allocates more with evidence (proven_better)
+    active: bool  # the policy allocates more with evidence (proven_better) and the most of those that do
     lower: float  # the one-sided 95% lower bound of the mean paired difference policy - against
+    # (name, its allocation per workload) of each alternative (PackingCheck.alternatives)
+    alternative_runs: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    pool: PodTable | None = field(default=None, compare=False, repr=False)  # the pods simulated
 
     @property
     def policy(self) -> float:
@@ -87,10 +101,26 @@ class PackingVerdict:
     def against(self) -> float:
         return sum(self.against_runs) / len(self.against_runs)
 
+    def figures(self) -> dict[str, float]:
+        """Each candidate's mean simulated allocation: ``policy``, each alternative's name."""
+        return {POLICY: self.policy, **{n: sum(r) / len(r) for n, r in self.alternative_runs}}
+
+    def choose(self, eligible: Collection[str]) -> str | None:
+        """What serves among ``eligible`` candidates (:data:`POLICY`, alternatives' names): of those
+        that allocate more than the scheduler they replace with evidence, the highest mean (the
+        benchmark's ``best-of[<against>,...]``); None where none does (shadow)."""
+        runs = {POLICY: self.policy_runs, **dict(self.alternative_runs)}
+        means = self.figures()
+        ref = list(self.against_runs)
+        proven = [n for n in runs if n in eligible and proven_better(list(runs[n]), ref)[0]]
+        return max(proven, key=lambda n: means[n], default=None)
+
     def reason(self, against: str) -> str:
+        alts = "".join(f", {n} {sum(r) / len(r):.2f}%" for n, r in self.alternative_runs)
         return (f"packing simulation of {self.pods} pods asked for on this cluster's {self.nodes} nodes, "
                 f"{len(self.policy_runs)} workloads: the policy allocates {self.policy:.2f}%, {against} "
-                f"{self.against:.2f}% (one-sided 95% lower bound of the difference {self.lower:+.2f})")
+                f"{self.against:.2f}%{alts} (one-sided 95% lower bound of the policy's difference "
+                f"{self.lower:+.2f})")
 
 
 class PackingCheck:
@@ -98,10 +128,12 @@ class PackingCheck:
 
     def __init__(self, arrivals: ArrivalPool, against: str = "kube-default", seeds: int = SEEDS,
                  min_pool: int = MIN_POOL, min_interval_s: float = MIN_INTERVAL_S,
-                 on_verdict: Callable[[PackingVerdict], None] | None = None) -> None:
+                 on_verdict: Callable[[PackingVerdict], None] | None = None,
+                 alternatives: Sequence[str] = ()) -> None:
         if against not in BASELINES:
             raise ValueError(f"the packing check compares with a baseline ({', '.join(sorted(BASELINES))}), "
                              f"got {against!r}")
+        self.alternatives = check_alternatives(alternatives, against)
         if not 2 <= seeds <= 16 or min_pool < 1:
             raise ValueError(f"the packing check needs 2 <= seeds <= 16 and min_pool >= 1, "
                              f"got {seeds} and {min_pool}")
@@ -165,33 +197,37 @@ class PackingCheck:
                     # served): the model in memory is the only copy left
                     log.info("packing check: model %s's file changed before its simulation; simulating "
                              "it in the agent's own thread", model.version)
-                    runs = _simulate(model, self.against, nodes, pool, self.seeds)
+                    runs = _simulate(model, self.against, self.alternatives, nodes, pool, self.seeds)
             else:
-                runs = _simulate(model, self.against, nodes, pool, self.seeds)
-            policy, against = runs
+                runs = _simulate(model, self.against, self.alternatives, nodes, pool, self.seeds)
+            policy, against, alternatives = runs
         except Exception:
             log.exception("packing check: the simulation of model %s failed; served in shadow mode (no "
                           "evidence)", model.version)
             self._keep(model.version, (nodes, None))
             return
-        active, lower = proven_better(policy, against)
-        v = PackingVerdict(model.version, tuple(policy), tuple(against), len(pool), len(nodes), active, lower)
+        lower = proven_better(policy, against)[1]
+        alt_runs = tuple((n, tuple(r)) for n, r in zip(self.alternatives, alternatives, strict=True))
+        v = PackingVerdict(model.version, tuple(policy), tuple(against), len(pool), len(nodes), False, lower,
+                           alt_runs, pool)
+        choice = v.choose((POLICY, *self.alternatives))
+        v = dataclasses.replace(v, active=choice == POLICY)
         self._keep(model.version, (nodes, v))
-        (log.info if v.active else log.warning)(
-            "packing check: model %s %s: %s", model.version,
-            "stays active" if v.active else "served in shadow mode", v.reason(self.against))
+        (log.info if choice is not None else log.warning)(
+            "packing check: model %s: %s: %s", model.version,
+            "the model stays active" if choice == POLICY else f"{choice} serves" if choice else
+            "served in shadow mode", v.reason(self.against))
         if self.on_verdict is not None:
             self.on_verdict(v)
 
-    def _in_child(self, model: LoadedModel, nodes: NodeTable, pool: PodTable
-                  ) -> tuple[list[float], list[float]] | None:
+    def _in_child(self, model: LoadedModel, nodes: NodeTable, pool: PodTable) -> Runs | None:
         """The simulation in a spawned process that loads the model's file itself, at the lowest CPU
         priority with one BLAS thread (:func:`~fedsched.common.compute.background_worker`): a thread
         of this process would hold the interpreter lock for up to its switch interval (5 ms) at a
         time, and the requests beside it would wait for it (``bench/packing_check_latency.py``)."""
         ctx = multiprocessing.get_context("spawn")
         receive, send = ctx.Pipe(duplex=False)
-        args = (send, model.path, model.version, self.against, nodes, pool, self.seeds)
+        args = (send, model.path, model.version, self.against, self.alternatives, nodes, pool, self.seeds)
         child = ctx.Process(target=_child_main, args=args, name="fedsched-packing-check", daemon=True)
         child.start()
         self._child = child
@@ -214,23 +250,42 @@ class PackingCheck:
                 self._done.pop(next(iter(self._done)))
 
 
-def _simulate(model: LoadedModel, against: str, nodes: NodeTable, pool: PodTable,
-              seeds: int) -> tuple[list[float], list[float]]:
-    """(the model's, ``against``'s) allocation per simulated workload."""
+def check_alternatives(alternatives: Sequence[str], against: str) -> tuple[str, ...]:
+    """The alternatives as a tuple: baselines, each once, none of them ``against``."""
+    alts = tuple(alternatives)
+    bad = [a for a in alts if a not in BASELINES]
+    if bad:
+        raise ValueError(f"the packing check's alternatives are baselines ({', '.join(sorted(BASELINES))}), "
+                         f"got {', '.join(map(repr, bad))}")
+    if len(set(alts)) != len(alts) or against in alts:
+        raise ValueError(f"the packing check's alternatives must differ from each other and from "
+                         f"{against!r}, got {', '.join(alts)}")
+    return alts
+
+
+Runs = tuple[list[float], list[float], list[list[float]]]
+"""(the model's, ``against``'s, each alternative's) allocation per simulated workload."""
+
+
+def _simulate(model: LoadedModel, against: str, alternatives: Sequence[str], nodes: NodeTable, pool: PodTable,
+              seeds: int) -> Runs:
     make = model.make_scheduler
     assert make is not None
     return (simulated_allocations(nodes, pool, lambda _ctx: make(), seeds),
-            simulated_allocations(nodes, pool, lambda ctx: make_scheduler(against, ctx), seeds))
+            simulated_allocations(nodes, pool, lambda ctx: make_scheduler(against, ctx), seeds),
+            [simulated_allocations(nodes, pool, lambda ctx, a=a: make_scheduler(a, ctx), seeds)
+             for a in alternatives])
 
 
-def _child_main(send: Connection, path: str, version: str, against: str, nodes: NodeTable, pool: PodTable,
-                seeds: int) -> None:
+def _child_main(send: Connection, path: str, version: str, against: str, alternatives: tuple[str, ...],
+                nodes: NodeTable, pool: PodTable, seeds: int) -> None:
     """A spawned process's work: load the model file, simulate, send the figures (None when the
     file is no longer ``version``; the exception when something fails)."""
     background_worker()  # one BLAS thread, the lowest CPU priority, killed with the agent
     try:
         model = load_model(Path(path))
-        send.send(None if model.version != version else _simulate(model, against, nodes, pool, seeds))
+        send.send(None if model.version != version
+                  else _simulate(model, against, alternatives, nodes, pool, seeds))
     except Exception as e:  # sent, so the parent logs it as its own
         send.send(e)
     finally:

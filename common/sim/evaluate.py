@@ -14,10 +14,11 @@ mode only, the reference ``oracle`` (:mod:`fedsched.common.sim.replay.oracle`: i
 simulator's hidden usage parameters, so it is no baseline; see :func:`make_policy`). In packing
 mode the shipped packing policy ``learned`` is judged with the packing check it is served with on
 a packing cluster (``fedsched serve --packing-check``, on by default behind a packing gate
-objective): :data:`PACKING_LEARNED`, the model where the packing simulation of the pods it may
-learn from on the cluster's nodes shows it allocating more than kube-default with evidence, and
-kube-default (what the agent answers in shadow mode) elsewhere. The model alone is its checkpoint
-path (``common/data/policies/default.pt``).
+objective, with FGD as the check's alternative, ``--packing-alternatives fgd``): :data:`PACKING_LEARNED`:
+of the model and FGD, those the packing simulation of the pods it may learn from on the cluster's
+nodes shows allocating more than kube-default with evidence, the one with the highest mean, and
+kube-default (what the agent answers in shadow mode) where neither does. The model alone is its
+checkpoint path (``common/data/policies/default.pt``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from fedsched.common.schedulers import LEARNED, Scheduler, SchedulerContext, mak
 from fedsched.common.sim.packing import CURVE_X, run_packing
 from fedsched.common.sim.paired import paired_against
 
-PACKING_LEARNED = f"best-of[kube-default,{LEARNED}]"
+PACKING_LEARNED = f"best-of[kube-default,{LEARNED},fgd]"
 """What ``learned`` is in packing mode (:func:`make_policy`; :mod:`fedsched.common.sim.portfolio`)."""
 
 

@@ -19,14 +19,21 @@ with its per-seed values, so the gate can take any bound it needs.
                   "trouble_score": S, "log_ratio": {METRIC: S}, "diff": {METRIC: S}}}}
 
 with ``S`` a paired summary (``mean``, ``ci95``, ``n``, ``verdict``, ``values``). ``fedsched
-evidence POLICY --write`` stores it in the checkpoint's metadata under ``evidence``.
+evidence POLICY --write`` stores it in the checkpoint's metadata under ``evidence``; for a baseline
+(which has no checkpoint) in a file shipped with the package, ``common/data/evidence/NAME.json``
+(:func:`baseline_evidence` reads it: the packing check serves a baseline only where the gate
+admits it by this evidence).
 
 May import: ``fedsched.common.model`` and ``fedsched.common.sim``.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from fedsched.common.model.metrics import TROUBLE_SMOOTHING
@@ -34,6 +41,8 @@ from fedsched.common.model.profiles import PROFILES
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate
 from fedsched.common.sim.paired import TROUBLE
 from fedsched.common.sim.scenarios import SCENARIOS, build
+
+log = logging.getLogger("fedsched.evidence")
 
 EVIDENCE_FORMAT = 1
 EVIDENCE_SEED = 31
@@ -87,3 +96,29 @@ def collect(policy: str, profiles: Sequence[str] = PROFILES, seeds: int | None =
 
         out["profiles"][profile] = {"scenario": sc.name, **paired_entry(spec, policy, jobs, step)}
     return out
+
+
+def baseline_evidence_path(name: str) -> Path:
+    """Where a baseline's shipped evidence lives (``fedsched evidence NAME --write`` writes it)."""
+    from fedsched.common.schedulers import BASELINES
+
+    if name not in BASELINES or name == REFERENCE:
+        raise ValueError(f"evidence files are for baselines other than {REFERENCE}, got {name!r}")
+    return Path(str(resources.files("fedsched.common").joinpath("data", "evidence", f"{name}.json")))
+
+
+def baseline_evidence(name: str) -> dict[str, Any] | None:
+    """A baseline's shipped evidence, or None where there is none or it cannot be read (logged:
+    no evidence, and the gate refuses)."""
+    path = baseline_evidence_path(name)
+    if not path.is_file():
+        return None
+    try:
+        ev = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        log.warning("the evidence of %s (%s) cannot be read: %s", name, path, e)
+        return None
+    if not isinstance(ev, dict):
+        log.warning("the evidence of %s (%s) is not an object", name, path)
+        return None
+    return ev

@@ -22,7 +22,8 @@ node added or removed, is simulated again) and cost ``members x seeds`` packing 
 keeps the figures of its last :data:`KEPT_CHOICES` (node table, pool, members, seeds), by content,
 so an evaluation's runs of one cluster (one per seed, each with its own scheduler) simulate once.
 
-Registry names: ``best-of[kube-default,learned]`` (4 workloads each),
+Registry names: ``best-of[kube-default,learned,fgd]`` (4 workloads each; ``learned`` in a packing
+evaluation),
 ``best-of[kube-default,learned;seeds=6]``; any registry name is a member, and
 ``lookahead:best-of[...]`` searches over the choice.
 

@@ -67,6 +67,10 @@ def test_connection_bounds_and_admin_clients_from_the_values() -> None:
     {"search": 4},
     {"packingCheck": "lookahead:fgd"},
     {"packingCheck": "kube-default --gate=off"},
+    {"packingAlternatives": "fgd --gate=off"},
+    {"packingAlternatives": "kube-default"},  # the baseline the check compares with, not an alternative
+    {"packingAlternatives": "fgd,"},
+    {"packingAlternatives": ""},
 ])
 def test_the_schema_refuses_bad_bounds_and_admin_names(bad: dict[str, Any]) -> None:
     with pytest.raises(Exception, match="extender"):
@@ -97,10 +101,20 @@ def test_the_search_is_off_by_default_and_reaches_the_agent_as_given() -> None:
 ])
 def test_the_packing_check_is_on_by_default_for_a_packing_objective(values, against) -> None:
     """The rendered arguments, resolved by ``fedsched serve``'s own code, name the baseline the
-    served model is checked against."""
+    served model is checked against, and FGD is its alternative (dropped where it is that baseline)."""
     opts = extender_options(merge(load_values(AGENT, DEFAULTS), values))
     assert opts["packing-check"] == (values.get("extender", {}).get("packingCheck") or "auto")
-    assert serve.decider_config(opts).packing_check_against == against
+    cfg = serve.decider_config(opts)
+    assert cfg.packing_check_against == against
+    assert cfg.packing_alternatives == (() if against == "fgd" else ("fgd",))
+
+
+@pytest.mark.parametrize(("given", "alternatives"), [
+    ("off", ()), ("fgd,most-allocated", ("fgd", "most-allocated"))])
+def test_the_packing_alternatives_reach_the_agent_as_given(given, alternatives) -> None:
+    opts = extender_options(merge(load_values(AGENT, DEFAULTS), {
+        "mode": "active", "gate": {"objective": "gpu-alloc"}, "extender": {"packingAlternatives": given}}))
+    assert serve.decider_config(opts).packing_alternatives == alternatives
 
 
 def test_the_packing_checks_schema_lists_auto_off_and_exactly_the_baselines() -> None:
@@ -111,3 +125,6 @@ def test_the_packing_checks_schema_lists_auto_off_and_exactly_the_baselines() ->
     schema = json.loads((CHARTS / AGENT / "values.schema.json").read_text())
     enum = schema["properties"]["extender"]["properties"]["packingCheck"]["enum"]
     assert set(enum) == {"auto", "off", *BASELINES}
+    pattern = schema["properties"]["extender"]["properties"]["packingAlternatives"]["pattern"]
+    inner = pattern.split("(", 2)[2].split(")", 1)[0]  # ^(off|(a|b|...)(,(a|b|...))*)$
+    assert set(inner.split("|")) == set(BASELINES) - {"kube-default"}

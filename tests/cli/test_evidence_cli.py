@@ -61,3 +61,33 @@ def test_the_searchs_evidence_is_written_apart_from_the_models(tmp_path):
     proc = _evidence(str(policy), "--search", "candidates=0")
     assert proc.returncode == 2 and "--search 'candidates=0'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_baselines_evidence_goes_to_the_file_shipped_for_it(tmp_path, monkeypatch):
+    """A baseline has no checkpoint: ``--write`` puts its evidence in the package's evidence file,
+    which the serving gate reads (``baseline_evidence``)."""
+    import argparse
+
+    from fedsched.cli import evidence as cli_evidence
+    from fedsched.common.sim import evidence
+
+    target = tmp_path / "evidence" / "fgd.json"
+    monkeypatch.setattr(evidence, "baseline_evidence_path", lambda name: target)
+    parser = argparse.ArgumentParser()
+    cli_evidence.register(parser.add_subparsers())
+    args = parser.parse_args(["evidence", "fgd", "--profiles", "edge", "--quick", "--seeds", "2",
+                              "--jobs", "1", "--write"])
+    assert args.func(args) == 0
+    ev = json.loads(target.read_text())
+    assert ev["policy"] == "fgd" and ev["recipe"] == "fedsched evidence fgd --profiles edge --seeds 2 --quick"
+    assert len(ev["profiles"]["edge"]["trouble_score"]["values"]) == 2
+    assert evidence.baseline_evidence("fgd") == ev
+    target.write_text("{not json")
+    assert evidence.baseline_evidence("fgd") is None  # unreadable: no evidence (the gate refuses)
+
+
+def test_a_baseline_without_evidence_to_give_is_a_clear_error():
+    for args, says in ((["kube-default"], "baselines other than kube-default"),
+                       (["fgd", "--search", "default"], "a baseline has none")):
+        proc = _evidence(*args)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import numpy as np
 import pytest
 
 from fedsched.agent.cluster.cache import ClusterCache
@@ -15,10 +16,12 @@ from fedsched.agent.cluster.k8s_objects import pod_to_json
 from fedsched.agent.serving.arrivals import ArrivalPool
 from fedsched.agent.serving.decider import Decider, DeciderConfig
 from fedsched.agent.serving.model_store import LoadedModel, ModelStore, load_model
-from fedsched.agent.serving.packing_check import PackingCheck
+from fedsched.agent.serving.packing_check import POLICY, PackingCheck
 from fedsched.common.model.cluster import Pod
+from fedsched.common.model.metrics import TROUBLE_SMOOTHING
 from fedsched.common.schedulers import SchedulerContext, default_policy_path, make_scheduler
-from fedsched.common.sim.portfolio import simulated_allocations
+from fedsched.common.schedulers.base import rank
+from fedsched.common.sim.portfolio import proven_better, simulated_allocations
 from tests.common.schedulers.sched_testkit import nodes, pod_table
 
 # Four 2-GPU nodes; single-GPU pods and whole-node pods: packing the single-GPU pods (FGD) keeps
@@ -192,7 +195,10 @@ def test_a_failing_simulation_gives_no_verdict_and_is_not_retried(monkeypatch):
 
 @pytest.mark.parametrize(("kw", "msg"), [({"against": "lookahead:fgd"}, "a baseline"),
                                          ({"against": "learned"}, "a baseline"),
-                                         ({"seeds": 1}, "seeds"), ({"min_pool": 0}, "min_pool")])
+                                         ({"seeds": 1}, "seeds"), ({"min_pool": 0}, "min_pool"),
+                                         ({"alternatives": ("learned",)}, "are baselines"),
+                                         ({"alternatives": ("fgd", "fgd")}, "differ"),
+                                         ({"alternatives": ("kube-default",)}, "differ")])
 def test_bad_arguments_are_refused(kw, msg):
     with pytest.raises(ValueError, match=msg):
         PackingCheck(ArrivalPool(), **kw)
@@ -238,3 +244,89 @@ def test_the_decider_serves_the_checks_verdict_and_exports_its_figures(against, 
     dec = d.prioritize(obj, names)
     # active: the policy answers; shadow: the default scores answer, the policy's pick only logged
     assert (dec.source, dec.reason) == (("policy", "") if v.active else ("fallback", "shadow"))
+
+
+def test_the_alternatives_are_simulated_on_the_same_workloads_and_the_most_proven_serves():
+    """Each alternative's figures are the benchmark's simulation of the same pods on the same node
+    table; of the candidates allowed to serve, those proven to pack more than the scheduler they
+    replace compete on their means, and none proven is shadow."""
+    arrivals = filled(len(POOL))
+    check = PackingCheck(arrivals, "kube-default", seeds=4, min_pool=len(POOL),
+                         alternatives=("fgd", "most-allocated"))
+    model = as_model("kube-default")  # a model that packs as kube-default does: never proven
+    check.verdict(model, CLUSTER)
+    check.wait(60)
+    v = check.verdict(model, CLUSTER)
+    assert v is not None and [n for n, _ in v.alternative_runs] == ["fgd", "most-allocated"]
+    pool = arrivals.pool()
+    for name, runs in v.alternative_runs:
+        assert list(runs) == pytest.approx(
+            simulated_allocations(CLUSTER, pool, lambda c, n=name: make_scheduler(n, c), 4))
+    assert not v.active and v.choose([POLICY]) is None
+    proven = [n for n, r in v.alternative_runs if proven_better(list(r), list(v.against_runs))[0]]
+    assert "fgd" in proven  # FGD keeps nodes whole for the 2-GPU pods
+    figures = v.figures()
+    assert v.choose((POLICY, "fgd", "most-allocated")) == max(proven, key=figures.__getitem__)
+    assert v.choose(("fgd",)) == "fgd" and v.choose(()) is None
+    assert v.choose(("most-allocated",)) == ("most-allocated" if "most-allocated" in proven else None)
+    assert f"fgd {figures['fgd']:.2f}%" in v.reason("kube-default")
+
+
+def _admitting(profile: str) -> dict:
+    """Evidence the gate admits on ``profile`` for gpu-alloc: more GPU allocated, no guardrail worse."""
+    calm = {"values": [0.0] * 8}
+    packs = {"values": [1.0, 1.2, 0.9, 1.1, 1.0, 1.3, 0.8, 1.1]}
+    return {"format": 1, "reference": "kube-default", "quick": False, "profiles": {profile: {
+        "nodes": 100, "seeds": list(range(8)), "trouble_score": calm,
+        "log_ratio": {m: calm for m in TROUBLE_SMOOTHING},
+        "diff": {"pending_p99_s": calm, "alloc_gpu": packs, "gpu_frag_amount_avg": calm}}}}
+
+
+@pytest.mark.parametrize("admitted", [True, False])
+def test_an_alternative_serves_in_the_models_place_only_where_its_own_evidence_admits_it(
+        monkeypatch, admitted):
+    """The roll-out gate refuses the shipped packing policy on a GPU cluster (its OOM guardrail).
+    FGD, the check's alternative, serves in its place where the gate admits FGD by FGD's own
+    evidence and the check proves it packing more than kube-default: the answers are FGD's ranking
+    on the live state, with the decider's tie-break stream. Without such evidence nothing is even
+    simulated, and kube-default's scores answer."""
+    from fedsched.agent.serving import decider as decider_module
+
+    monkeypatch.setattr(decider_module, "baseline_evidence",
+                        lambda name: _admitting("gpu") if admitted and name == "fgd" else None)
+    cache = ClusterCache.from_table(CLUSTER)
+    cfg = DeciderConfig(gate="auto", gate_objective="gpu-alloc", budget_ms=60_000.0, packing_check="auto",
+                        packing_alternatives=("fgd",))
+    d = Decider(cache, ModelStore("learned"), cfg)
+    model = d.models.current
+    assert d.packing_check is not None and d._gate_mode(model) == "shadow"
+    d.packing_check.min_pool = d.arrivals.min_pool = len(POOL)
+    names = list(CLUSTER.names)
+    for i in range(len(POOL)):
+        d.filter(pod_to_json(Pod.from_table(POOL, i), f"p-{i}", CLUSTER.models, uid=f"u-{i}"), names)
+    assert d.mode_for(model) == "shadow"  # no verdict yet (or nothing may serve)
+    assert d.packing_check.running is admitted  # nothing eligible: nothing simulated
+    d.packing_check.wait(120)
+    obj = pod_to_json(Pod.from_table(POOL, 0), "p-last", CLUSTER.models, uid="u-last")
+    pod = cache.pod(obj)
+    if not admitted:
+        assert d.packing_check.verdict(model, cache.table) is None and d.mode_for(model) == "shadow"
+        assert d.prioritize(obj, names).source == "fallback"
+        return
+    v = d.packing_check.verdict(model, cache.table)
+    assert v is not None and v.choose(("fgd",)) == "fgd"  # the model, refused by the gate, may not serve
+    mode, served = d.serving(model)
+    assert mode == "active" and served is not None and served.name == "fgd"
+    assert d.serving(model)[1] is served  # built once per verdict
+    rng = np.random.default_rng()
+    rng.bit_generator.state = d.rng.bit_generator.state
+    ids = cache.lookup_positions(names)[0]
+    fgd = make_scheduler("fgd", SchedulerContext(train_pods=v.pool))
+    want = rank(fgd, cache.state, pod, rng, candidates=ids)
+    d.filter(obj, names)
+    dec = d.prioritize(obj, names)
+    assert (dec.source, dec.chosen) == ("policy", CLUSTER.names[want.node])
+    sample = d.metrics.registry.get_sample_value
+    assert sample("fedsched_packing_check_serving", {"model_version": model.version, "scheduler": "fgd"}) == 1
+    assert sample("fedsched_packing_check_allocation_percent",
+                  {"model_version": model.version, "scheduler": "fgd"}) == pytest.approx(v.figures()["fgd"])

@@ -65,3 +65,21 @@ def test_update_metadata_keeps_the_weights_and_refuses_a_file_it_cannot_serve(tm
     with pytest.raises(CheckpointError):
         update_metadata(bad, {"evidence": {}})
     assert bad.read_bytes() == b"not a checkpoint"
+
+
+def test_fgds_shipped_evidence_is_realistic_and_refused_on_gpu_clusters_by_a_guardrail():
+    """FGD, the packing check's alternative, carries evidence of the kind the gate reads (every
+    profile, realistic sizes, the scenarios' seeds); it packs more GPU on the gpu validation
+    cluster but with more OOM kills than kube-default, so a gated agent never serves it there."""
+    from fedsched.common.model.profiles import PROFILES
+    from fedsched.common.sim.evidence import baseline_evidence, baseline_evidence_path
+
+    ev = baseline_evidence("fgd")
+    assert ev is not None and ev["quick"] is False and set(ev["profiles"]) == set(PROFILES)
+    assert all(len(e["seeds"]) >= 20 and e["nodes"] >= 40 for e in ev["profiles"].values())
+    v = gate({"evidence": ev}, "gpu", "gpu-alloc")
+    assert not v.active and "oom_kills_per_1k_starts" in v.reason
+    assert ev["profiles"]["gpu"]["diff"]["alloc_gpu"]["mean"] > 0
+    for name in ("kube-default", "../policies/default", "learned"):
+        with pytest.raises(ValueError, match="baselines other than kube-default"):
+            baseline_evidence_path(name)

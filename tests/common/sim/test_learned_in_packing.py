@@ -1,6 +1,7 @@
-"""``learned`` in a packing evaluation (``fedsched evaluate``, the packing table) is the shipped
-model where the packing simulation of the statistics pods on the cluster proves it allocating more
-than kube-default, and kube-default elsewhere; in replay mode it is the model alone."""
+"""``learned`` in a packing evaluation (``fedsched evaluate``, the packing table) is, of the shipped
+model and FGD, the one the packing simulation of the statistics pods on the cluster proves
+allocating more than kube-default with the highest mean, and kube-default where neither is proven
+(what the served packing check does); in replay mode it is the model alone."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_learned_is_the_choice_in_packing_mode_and_the_model_in_replay_mode():
     ctx = SchedulerContext(train_pods=PODS)
     packing = make_policy(LEARNED, ctx, "packing")
     assert isinstance(packing, BestOf) and packing.name == LEARNED
-    assert packing.members == ["kube-default", LEARNED]
+    assert packing.members == ["kube-default", LEARNED, "fgd"]
     assert isinstance(make_policy(LEARNED, ctx, "replay"), PolicyScheduler)
     assert not isinstance(make_policy(str(default_policy_path()), ctx, "packing"), BestOf)
 
@@ -61,7 +62,7 @@ def test_the_evaluation_reports_the_choice():
     assert list(choices) == [LEARNED] and set(choices[LEARNED]) == {str(x) for x in SEEDS}
     assert {c["chosen"] for c in choices[LEARNED].values()} == {LEARNED}
     sims = choices[LEARNED][str(SEEDS[0])]["simulated"]
-    assert set(sims) == {"kube-default", LEARNED} and sims[LEARNED] > sims["kube-default"]
+    assert set(sims) == {"kube-default", LEARNED, "fgd"} and sims[LEARNED] > sims["kube-default"]
     assert f"{LEARNED}: the packing simulation of the statistics pods on this cluster chose {LEARNED} " \
         f"(simulated allocation: kube-default {sims['kube-default']:.2f}%" in format_table(result)
 
@@ -78,3 +79,20 @@ def test_where_it_is_not_learned_runs_are_kube_defaults(monkeypatch):
     assert runs(LEARNED) == kube
     assert runs(str(default_policy_path())) != kube
     assert np.isfinite([m["alloc_gpu"] for m in kube]).all()
+
+
+def test_where_fgd_packs_the_most_learned_runs_are_fgds(monkeypatch):
+    """The simulation's figures replaced by a CPU-heavy workload's (the model proven above
+    kube-default, FGD proven and higher): every decision is FGD's."""
+    def cpu_heavy(_nodes, _pool, make, seeds):
+        name = make(SchedulerContext(train_pods=PODS)).name
+        base = {"kube-default": 91.2, "fgd": 94.5}.get(name, 92.2)
+        return [base + 0.1 * s for s in range(seeds)]
+
+    monkeypatch.setattr(portfolio, "simulated_allocations", cpu_heavy)
+    chooser = make_policy(LEARNED, SchedulerContext(train_pods=PODS), "packing")
+    assert isinstance(chooser, BestOf)
+    chooser._choose(CLUSTER)
+    assert chooser.chosen == "fgd" and chooser.simulated["fgd"] > chooser.simulated[LEARNED]
+    fgd = runs("fgd")
+    assert runs(LEARNED) == fgd and fgd != runs("kube-default")
