@@ -391,6 +391,8 @@ class Decider:
             else None
         figures = {**v.figures(), self.packing_check.against if self.packing_check else "against": v.against}
         self.metrics.set_packing_check(v.model_version, figures, pick or self.cfg.packing_check_against or "")
+        if pick is not None and pick != POLICY:  # built and warmed here, not on the next request
+            self._warm(self._alternative_scheduler(v, pick), f"the packing check's alternative {pick}")
 
     def _gate_mode(self, model: LoadedModel) -> str:
         if self.cfg.mode == "shadow" or self.cfg.gate is None:
@@ -411,6 +413,9 @@ class Decider:
         """One untimed decision over every node, so the first real request does not pay for
         building the policy's caches (fragmentation parts of every node, weights)."""
         model = model or self.models.current
+        self._warm(model.scheduler, f"model {model.version}")
+
+    def _warm(self, scheduler: Scheduler, what: str) -> None:
         cache = self.cache
         with cache.lock:
             ids = np.flatnonzero(cache.schedulable)
@@ -418,9 +423,9 @@ class Decider:
                 return
             pod = Pod(-1, 100, 128, 0, 0, 0, 1)
             try:
-                rank(model.scheduler, cache.state, pod, np.random.default_rng(0), candidates=ids)
-            except Exception as e:  # a broken model shows in the first request's fallback
-                log.warning("warm-up of model %s failed: %s", model.version, e)
+                rank(scheduler, cache.state, pod, np.random.default_rng(0), candidates=ids)
+            except Exception as e:  # a broken scheduler shows in the first request's fallback
+                log.warning("warm-up of %s failed: %s", what, e)
 
     def ready(self) -> tuple[bool, str]:
         """(ready, why): the cache is synced and knows a node (/readyz and gRPC health)."""
