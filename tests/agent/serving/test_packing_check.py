@@ -288,7 +288,8 @@ def test_an_alternative_serves_in_the_models_place_only_where_its_own_evidence_a
     """The roll-out gate refuses the shipped packing policy on a GPU cluster (its OOM guardrail).
     FGD, the check's alternative, serves in its place where the gate admits FGD by FGD's own
     evidence and the check proves it packing more than kube-default: the answers are FGD's ranking
-    on the live state, with the decider's tie-break stream. Without such evidence nothing is even
+    on the live state, ties to the first node in the decider's fixed node order (the packing
+    simulation's tie-break). Without such evidence nothing is even
     simulated, and kube-default's scores answer."""
     from fedsched.agent.serving import decider as decider_module
 
@@ -322,7 +323,7 @@ def test_an_alternative_serves_in_the_models_place_only_where_its_own_evidence_a
     rng.bit_generator.state = d.rng.bit_generator.state
     ids = cache.lookup_positions(names)[0]
     fgd = make_scheduler("fgd", SchedulerContext(train_pods=v.pool))
-    want = rank(fgd, cache.state, pod, rng, candidates=ids)
+    want = rank(fgd, cache.state, pod, rng, candidates=ids, node_rank=d._tie_order())
     d.filter(obj, names)
     dec = d.prioritize(obj, names)
     assert (dec.source, dec.chosen) == ("policy", CLUSTER.names[want.node])
@@ -330,3 +331,22 @@ def test_an_alternative_serves_in_the_models_place_only_where_its_own_evidence_a
     assert sample("fedsched_packing_check_serving", {"model_version": model.version, "scheduler": "fgd"}) == 1
     assert sample("fedsched_packing_check_allocation_percent",
                   {"model_version": model.version, "scheduler": "fgd"}) == pytest.approx(v.figures()["fgd"])
+
+
+def test_the_tie_order_is_a_fixed_priority_per_node_name_that_survives_a_changed_table():
+    """The alternative's ties go to the first node in a fixed random order of the node names: the
+    same order for the same names whatever the table's layout, a new node slotted in without
+    moving the others, and another order for another seed."""
+    def order(cluster, seed=0):
+        cfg = DeciderConfig(gate=None, seed=seed)
+        d = Decider(ClusterCache.from_table(cluster), ModelStore("learned"), cfg)
+        ranks = d._tie_order()
+        assert sorted(ranks.tolist()) == list(range(len(cluster)))
+        return sorted(cluster.names, key=lambda n: ranks[list(cluster.names).index(n)])
+
+    wide = nodes(cpu=[16000] * 12, gpu=[2] * 12)
+    first = order(wide)
+    assert first != sorted(wide.names) and first == order(wide)
+    grown = nodes(cpu=[16000] * 13, gpu=[2] * 13)
+    assert [n for n in order(grown) if n in set(wide.names)] == first
+    assert order(wide, seed=1) != first
