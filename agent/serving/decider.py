@@ -392,7 +392,8 @@ class Decider:
         its ties go to the first node in this order: the packing simulation's tie-break (a fixed
         random priority per run, the FGD artefact's), which the check's figures were measured
         with. A uniformly random pick among ties (kube-scheduler's) scatters FGD's pods, whose
-        integer scores tie often: on openb cpu250 it allocated about 8 points less GPU (2 seeds)."""
+        integer scores tie often: served so on openb cpu250 (seed 42) FGD allocated 86.55% of the
+        GPUs, against 94.10% with this order."""
         table = self.cache.table
         if self._tie_order_of[0] is not table:
             seed = self.cfg.seed

@@ -18,9 +18,10 @@ Alternatives (``fedsched serve --packing-alternatives``, FGD by default): baseli
 beside the model on the same workloads. Of the candidates allowed to serve (the model where the
 roll-out gate admits it, an alternative where the gate admits it by its own evidence), those that
 allocate more than ``against`` with evidence compete on their means, and the highest serves
-(:meth:`PackingVerdict.choose`); none proven is shadow. FGD serves where it packs this cluster's
-pods best (on openb's CPU-heavy workload it allocates about two points more GPU than the shipped
-model), but never where its own replay evidence shows it harming a guardrail.
+(:meth:`PackingVerdict.choose`); none proven is shadow. An alternative that serves breaks ties as
+the simulation does, by a fixed node order (the decider's ``_tie_order``). FGD serves where it
+packs this cluster's pods best (on openb's CPU-heavy workload it allocates about two points more
+GPU than the shipped model), but never where its own replay evidence shows it harming a guardrail.
 ``fedsched serve`` turns it on by default (``--packing-check auto``) for a model the roll-out gate
 admits on a packing objective (``--gate-objective gpu-alloc`` or ``gpu-frag``): the gate's evidence
 comes from the benchmark's inventories, and on an inventory where CPU runs out before the GPUs the
