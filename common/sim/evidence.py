@@ -24,7 +24,8 @@ evidence POLICY --write`` stores it in the checkpoint's metadata under ``evidenc
 (:func:`baseline_evidence` reads it: the packing check serves a baseline only where the gate
 admits it by this evidence).
 
-May import: ``fedsched.common.model`` and ``fedsched.common.sim``.
+May import: ``fedsched.common.model``, ``fedsched.common.schedulers`` (the baseline names) and
+``fedsched.common.sim``.
 """
 
 from __future__ import annotations
