@@ -409,8 +409,8 @@ class Decider:
         model = self.models.current
         pick = v.choose(self._eligible(model, self._gate_mode(model))) if model.version == v.model_version \
             else None
-        figures = {**v.figures(), self.packing_check.against if self.packing_check else "against": v.against}
-        self.metrics.set_packing_check(v.model_version, figures, pick or self.cfg.packing_check_against or "")
+        against = self.cfg.packing_check_against or ""  # set: the check that called this exists
+        self.metrics.set_packing_check(v.model_version, {**v.figures(), against: v.against}, pick or against)
         if pick is not None and pick != POLICY:  # built and warmed here, not on the next request
             self._warm(self._alternative_scheduler(v, pick), f"the packing check's alternative {pick}")
 

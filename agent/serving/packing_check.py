@@ -66,7 +66,7 @@ from fedsched.agent.serving.model_store import LoadedModel, load_model
 from fedsched.common.compute import background_worker
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.schedulers import BASELINES, make_scheduler
-from fedsched.common.sim.portfolio import proven_better, simulated_allocations
+from fedsched.common.sim.portfolio import best_proven, proven_better, simulated_allocations
 
 log = logging.getLogger("fedsched.serve")
 
@@ -111,13 +111,10 @@ class PackingVerdict:
         that allocate more than the scheduler they replace with evidence, the highest mean (the
         benchmark's ``best-of[<against>,...]``); None where none does (shadow)."""
         runs = {POLICY: self.policy_runs, **dict(self.alternative_runs)}
-        means = self.figures()
-        ref = list(self.against_runs)
-        proven = [n for n in runs if n in eligible and proven_better(list(runs[n]), ref)[0]]
-        return max(proven, key=lambda n: means[n], default=None)
+        return best_proven({n: r for n, r in runs.items() if n in eligible}, self.against_runs)
 
     def reason(self, against: str) -> str:
-        alts = "".join(f", {n} {sum(r) / len(r):.2f}%" for n, r in self.alternative_runs)
+        alts = "".join(f", {n} {v:.2f}%" for n, v in self.figures().items() if n != POLICY)
         return (f"packing simulation of {self.pods} pods asked for on this cluster's {self.nodes} nodes, "
                 f"{len(self.policy_runs)} workloads: the policy allocates {self.policy:.2f}%, {against} "
                 f"{self.against:.2f}%{alts} (one-sided 95% lower bound of the policy's difference "

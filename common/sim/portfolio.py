@@ -37,7 +37,7 @@ import dataclasses
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +121,16 @@ def proven_better(candidate: list[float], reference: list[float]) -> tuple[bool,
     return bool(lower > 0), lower
 
 
+def best_proven(runs: Mapping[str, Sequence[float]], reference: Sequence[float]) -> str | None:
+    """The choice's rule, shared with the serving packing check: of the candidates in ``runs``
+    (name -> allocation per workload, the reference's workloads in the same order) that allocate
+    more than ``reference`` with evidence (:func:`proven_better`), the one with the highest mean
+    (the first listed among equal means); None where none does."""
+    ref = list(reference)
+    proven = [n for n, r in runs.items() if proven_better(list(r), ref)[0]]
+    return max(proven, key=lambda n: float(np.mean(runs[n])), default=None)
+
+
 def content_digest(table: Any) -> str:
     """A digest of a node or pod table's content (every field, arrays by dtype, shape and bytes):
     equal tables built apart, e.g. in each run of an evaluation, have equal digests."""
@@ -188,9 +198,9 @@ class BestOf(Scheduler):
                         _simulated.popitem(last=False)
             self.per_seed = {m: list(v) for m, v in known.items()}
             self.simulated = {m: float(np.mean(v)) for m, v in self.per_seed.items()}
-            ref = self.per_seed[self.members[0]]
-            proven = [i for i, m in enumerate(self.members[1:], 1) if proven_better(self.per_seed[m], ref)[0]]
-            self._pick = max(proven, key=lambda i: self.simulated[self.members[i]], default=0)
+            reference, *others = self.members
+            pick = best_proven({m: self.per_seed[m] for m in others}, self.per_seed[reference])
+            self._pick = self.members.index(pick) if pick is not None else 0
             self._table = nodes
         return self.schedulers[self._pick]
 
