@@ -99,7 +99,7 @@ def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: 
                 sim.bind(Placement(-1))
                 continue
             d = decider.prioritize(obj, passed)
-            served = decider.serving(decider.models.current)[1] if check is not None else None
+            served = d.served
             if check is not None and check.running:
                 check.wait()
             shadow = d.source == "fallback" and d.reason == "shadow"

@@ -188,6 +188,9 @@ class Decision:
     ranking: Ranking | None = None
     features: Any = None  # the policy's input (fedsched.common.learning.features.Features) when it ran
     positions: np.ndarray | None = None  # where ranking.nodes are in ``hosts`` (request order)
+    # the packing check's alternative whose ranking answered in the model's place (None: the model,
+    # or no ranking answered): the one this decision used, whatever the check serves by now
+    served: Scheduler | None = None
 
 
 def _gpu_fits(state: Any, pod: Pod, ids: np.ndarray) -> np.ndarray:
@@ -671,6 +674,7 @@ class Decider:
             ranking,
             features,
             positions,
+            served if source == "policy" else None,
         )
         self.metrics.decisions.labels(mode=mode, source=d.source, model_version=model.version).inc()
         if self.cfg.assume and source == "policy" and chosen is not None:

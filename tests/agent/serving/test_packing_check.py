@@ -244,6 +244,7 @@ def test_the_decider_serves_the_checks_verdict_and_exports_its_figures(against, 
     dec = d.prioritize(obj, names)
     # active: the policy answers; shadow: the default scores answer, the policy's pick only logged
     assert (dec.source, dec.reason) == (("policy", "") if v.active else ("fallback", "shadow"))
+    assert dec.served is None  # no alternative: the model's ranking or none answered
 
 
 def test_the_alternatives_are_simulated_on_the_same_workloads_and_the_most_proven_serves():
@@ -327,6 +328,7 @@ def test_an_alternative_serves_in_the_models_place_only_where_its_own_evidence_a
     d.filter(obj, names)
     dec = d.prioritize(obj, names)
     assert (dec.source, dec.chosen) == ("policy", CLUSTER.names[want.node])
+    assert dec.served is served  # the decision says which candidate answered it
     sample = d.metrics.registry.get_sample_value
     assert sample("fedsched_packing_check_serving", {"model_version": model.version, "scheduler": "fgd"}) == 1
     assert sample("fedsched_packing_check_allocation_percent",
