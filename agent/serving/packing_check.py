@@ -18,7 +18,10 @@ Alternatives (``fedsched serve --packing-alternatives``, FGD by default): baseli
 beside the model on the same workloads. Of the candidates allowed to serve (the model where the
 roll-out gate admits it, an alternative where the gate admits it by its own evidence), those that
 allocate more than ``against`` with evidence compete on their means, and the highest serves
-(:meth:`PackingVerdict.choose`); none proven is shadow. An alternative that serves breaks ties as
+(:meth:`PackingVerdict.choose`); none proven is shadow. When the model is checked again, what its
+last verdict chose (the incumbent) keeps serving unless the highest is proven to allocate more than
+it: on openb's default workload the model and FGD simulate a few hundredths apart, and each re-check
+would otherwise hand the cluster to whichever its sample favoured. An alternative that serves breaks ties as
 the simulation does, by a fixed node order (the decider's ``_tie_order``). FGD serves where it
 packs this cluster's pods best (on openb's CPU-heavy workload it allocates about two points more
 GPU than the shipped model), but never where its own replay evidence shows it harming a guardrail.
@@ -93,6 +96,9 @@ class PackingVerdict:
     # (name, its allocation per workload) of each alternative (PackingCheck.alternatives)
     alternative_runs: tuple[tuple[str, tuple[float, ...]], ...] = ()
     pool: PodTable | None = field(default=None, compare=False, repr=False)  # the pods simulated
+    # what the model's previous verdict chose among every candidate (None: none, or no previous
+    # verdict): a challenger replaces it only where proven to allocate more than it (best_proven)
+    incumbent: str | None = None
 
     @property
     def policy(self) -> float:
@@ -109,16 +115,19 @@ class PackingVerdict:
     def choose(self, eligible: Collection[str]) -> str | None:
         """What serves among ``eligible`` candidates (:data:`POLICY`, alternatives' names): of those
         that allocate more than the scheduler they replace with evidence, the highest mean (the
-        benchmark's ``best-of[<against>,...]``); None where none does (shadow)."""
+        benchmark's ``best-of[<against>,...]``), the incumbent kept unless that one is proven to
+        allocate more than it; None where none does (shadow)."""
         runs = {POLICY: self.policy_runs, **dict(self.alternative_runs)}
-        return best_proven({n: r for n, r in runs.items() if n in eligible}, self.against_runs)
+        incumbent = self.incumbent if self.incumbent in eligible else None
+        return best_proven({n: r for n, r in runs.items() if n in eligible}, self.against_runs, incumbent)
 
     def reason(self, against: str) -> str:
         alts = "".join(f", {n} {v:.2f}%" for n, v in self.figures().items() if n != POLICY)
         return (f"packing simulation of {self.pods} pods asked for on this cluster's {self.nodes} nodes, "
                 f"{len(self.policy_runs)} workloads: the policy allocates {self.policy:.2f}%, {against} "
                 f"{self.against:.2f}%{alts} (one-sided 95% lower bound of the policy's difference "
-                f"{self.lower:+.2f})")
+                f"{self.lower:+.2f})"
+                + (f"; {self.incumbent} served before" if self.incumbent is not None else ""))
 
 
 class PackingCheck:
@@ -206,9 +215,13 @@ class PackingCheck:
             return
         lower = proven_better(policy, against)[1]
         alt_runs = tuple((n, tuple(r)) for n, r in zip(self.alternatives, alternatives, strict=True))
+        candidates = (POLICY, *self.alternatives)
+        with self._lock:
+            previous = self._done.get(model.version, (None, None))[1]
+        incumbent = previous.choose(candidates) if previous is not None else None
         v = PackingVerdict(model.version, tuple(policy), tuple(against), len(pool), len(nodes), False, lower,
-                           alt_runs, pool)
-        choice = v.choose((POLICY, *self.alternatives))
+                           alt_runs, pool, incumbent)
+        choice = v.choose(candidates)
         v = dataclasses.replace(v, active=choice == POLICY)
         self._keep(model.version, (nodes, v))
         (log.info if choice is not None else log.warning)(

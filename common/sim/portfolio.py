@@ -121,14 +121,21 @@ def proven_better(candidate: list[float], reference: list[float]) -> tuple[bool,
     return bool(lower > 0), lower
 
 
-def best_proven(runs: Mapping[str, Sequence[float]], reference: Sequence[float]) -> str | None:
+def best_proven(runs: Mapping[str, Sequence[float]], reference: Sequence[float],
+                incumbent: str | None = None) -> str | None:
     """The choice's rule, shared with the serving packing check: of the candidates in ``runs``
     (name -> allocation per workload, the reference's workloads in the same order) that allocate
     more than ``reference`` with evidence (:func:`proven_better`), the one with the highest mean
-    (the first listed among equal means); None where none does."""
+    (the first listed among equal means); None where none does. An ``incumbent`` (what served
+    before: the serving check chooses again as its evidence grows) that is still proven stays
+    unless the best is proven to allocate more than it: candidates a few hundredths apart would
+    otherwise take turns as each simulation's noise falls."""
     ref = list(reference)
     proven = [n for n, r in runs.items() if proven_better(list(r), ref)[0]]
-    return max(proven, key=lambda n: float(np.mean(runs[n])), default=None)
+    best = max(proven, key=lambda n: float(np.mean(runs[n])), default=None)
+    if best is None or incumbent is None or incumbent not in proven or best == incumbent:
+        return best
+    return best if proven_better(list(runs[best]), list(runs[incumbent]))[0] else incumbent
 
 
 def content_digest(table: Any) -> str:

@@ -119,11 +119,44 @@ def test_a_model_is_checked_again_each_time_the_pool_has_doubled(monkeypatch):
     check.wait(60)
     second = check.verdict(fgd, CLUSTER)
     assert second is not first and second.pods == 12 and runs == [6, 6, 12, 12]
+    assert first.incumbent is None and second.incumbent == first.choose((POLICY,))
     ask(24)  # the pool is full at 24: the last check
     check.verdict(fgd, CLUSTER)
     check.wait(60)
     ask(40)  # still 24 kept: never twice the last verdict's again
     assert check.verdict(fgd, CLUSTER).pods == 24 and not check.running and runs[4:] == [24, 24]
+
+
+def test_a_recheck_keeps_what_served_unless_a_challenger_is_proven_better_than_it(monkeypatch):
+    """Each re-check's candidates are simulated anew; the model, chosen first, keeps serving while
+    FGD's lead over it is inside the noise, and FGD takes over once proven to allocate more than it
+    (scripted figures: the choice, not the simulation, is under test here)."""
+    from fedsched.agent.serving import packing_check
+
+    kube = [94.0, 94.1, 93.9, 94.0]
+    script = iter([
+        ([95.5, 95.6, 95.4, 95.5], kube, [[95.3, 95.4, 95.2, 95.3]]),  # the model leads
+        ([95.38, 95.47, 95.33, 95.40], kube, [[95.40, 95.50, 95.30, 95.44]]),  # FGD ahead by noise
+        ([95.38, 95.47, 95.33, 95.40], kube, [[96.4, 96.5, 96.3, 96.4]]),  # FGD a point ahead
+    ])
+    monkeypatch.setattr(packing_check, "_simulate", lambda *a: next(script))
+    arrivals = ArrivalPool(max_pool=64, min_pool=1)
+    check = PackingCheck(arrivals, "kube-default", seeds=4, min_pool=6, alternatives=("fgd",))
+    model = as_model("most-allocated")
+    chosen, verdicts = [], []
+    for upto in (6, 12, 24):
+        for i in range(len(arrivals), upto):
+            arrivals.record(f"u{i}", Pod.from_table(POOL, i % len(POOL)))
+        check.verdict(model, CLUSTER)
+        check.wait(60)
+        v = check.verdict(model, CLUSTER)
+        assert v is not None and v.pods == upto
+        verdicts.append(v)
+        chosen.append((v.incumbent, v.choose((POLICY, "fgd")), v.active))
+    assert chosen == [(None, POLICY, True), (POLICY, POLICY, True), (POLICY, "fgd", False)]
+    # without the history the second verdict would have handed the cluster to FGD
+    assert dataclasses.replace(verdicts[1], incumbent=None).choose((POLICY, "fgd")) == "fgd"
+    assert "policy served before" in verdicts[1].reason("kube-default")
 
 
 def test_a_changed_node_table_waits_for_the_interval_but_a_new_model_does_not():

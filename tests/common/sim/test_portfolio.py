@@ -15,6 +15,7 @@ from fedsched.common.sim.portfolio import (
     SIM_TARGET_LOAD,
     BestOf,
     BestOfArgs,
+    best_proven,
     forget_simulations,
     parse_name,
     proven_better,
@@ -93,6 +94,25 @@ def runs(member: str, seeds: int) -> list[float]:
 ])
 def test_more_means_more_with_evidence(candidate, reference, proven):
     assert proven_better(candidate, reference)[0] is proven
+
+
+KUBE = [94.0, 94.1, 93.9, 94.0]
+FGD = [95.40, 95.50, 95.30, 95.44]  # proven over KUBE
+MODEL = [95.38, 95.47, 95.33, 95.40]  # proven over KUBE, a few hundredths below FGD: no evidence either way
+PACKER = [96.4, 96.5, 96.3, 96.4]  # a point above FGD and the model every time
+
+
+@pytest.mark.parametrize(("runs", "incumbent", "choice"), [
+    ({"model": MODEL, "fgd": FGD}, None, "fgd"),  # the highest mean of the proven
+    ({"model": MODEL, "fgd": FGD}, "model", "model"),  # FGD is not proven better than the incumbent
+    ({"model": MODEL, "fgd": FGD}, "fgd", "fgd"),
+    ({"model": MODEL, "packer": PACKER}, "model", "packer"),  # proven better than the incumbent: replaces it
+    ({"model": KUBE, "fgd": FGD}, "model", "fgd"),  # an incumbent no longer proven is no incumbent
+    ({"model": MODEL, "fgd": FGD}, "gone", "fgd"),  # nor is one that is not a candidate
+    ({"model": KUBE}, "model", None),  # none proven: shadow, whatever served before
+])
+def test_an_incumbent_stays_until_a_challenger_is_proven_better_than_it(runs, incumbent, choice):
+    assert best_proven(runs, KUBE, incumbent) == choice
 
 
 @pytest.mark.parametrize("order", [["kube-default", "fgd"], ["fgd", "kube-default"]])
