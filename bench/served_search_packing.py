@@ -86,6 +86,7 @@ def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: 
     check = decider.packing_check
     names = list(nodes.names)
     sources = {"policy": 0, "shadow": 0, **{a: 0 for a in alternatives}}
+    switches, last_served = 0, None
     try:
         while (item := sim.next_pod()) is not None and (max_pods is None or sim.k < max_pods):
             pod, _ = item
@@ -105,7 +106,12 @@ def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: 
             shadow = d.source == "fallback" and d.reason == "shadow"
             if not (d.source == "policy" or shadow) or d.chosen is None:
                 raise RuntimeError(f"pod {sim.k}: the agent answered {d.source} ({d.reason}), not the policy")
-            sources["shadow" if shadow else served.name if served is not None else "policy"] += 1
+            source = "shadow" if shadow else served.name if served is not None else "policy"
+            sources[source] += 1
+            if source != "shadow":  # the candidate serving changed (shadow -> a candidate is no switch)
+                if last_served is not None and source != last_served:
+                    switches += 1
+                last_served = source
             node = cache.index[d.chosen]
             gpus = (default_gpu_choice(cache.state, pod, node) if shadow
                     else (served or decider.models.current.scheduler).select_gpus(cache.state, pod, node))
@@ -127,7 +133,7 @@ def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: 
         verdict = {"active": v.active, "lower": v.lower, "policy": v.policy, "against": v.against,
                    "pods": v.pods, "figures": v.figures(), "serves": v.choose(("policy", *alternatives))}
     return {"seed": seed, "metrics": res.metrics, "searches": searches, "refused": refused,
-            "sources": sources, "verdict": verdict, "wall_s": time.time() - t0}
+            "sources": sources, "switches": switches, "verdict": verdict, "wall_s": time.time() - t0}
 
 
 def paired(runs: dict[int, dict[str, float]], other: dict[str, dict[str, Any]],
@@ -174,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{len(runs)}/{len(seeds)}] seed {r['seed']}: {args.metric} {value:.2f}; "
                   f"search {', '.join(f'{k} {int(v)}' for k, v in r['searches'].items())}; refused "
                   f"{', '.join(f'{k} {int(v)}' for k, v in r['refused'].items())}; answered "
-                  f"{', '.join(f'{k} {v}' for k, v in r['sources'].items())}; check {r['verdict']} "
+                  f"{', '.join(f'{k} {v}' for k, v in r['sources'].items())} (switches {r['switches']}); "
+                  f"check {r['verdict']} "
                   f"({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     metrics = {s: r["metrics"] for s, r in runs.items()}
     mean, ci = mean_ci95([m[args.metric] for m in metrics.values()])
