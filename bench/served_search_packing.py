@@ -22,14 +22,17 @@ bound where that answer puts it, on kube-default's GPUs. The run waits for the c
 when one starts: the pods of a GPU cluster arrive over days, the simulation takes a minute.
 ``--packing-alternatives`` (``fedsched serve``'s, FGD by default; ``off``) are simulated beside
 the model, and where one of them is proven and allocates the most it answers instead, its pick bound
-on the GPUs it chooses (the roll-out gate is off here, as everywhere in this benchmark).
+on the GPUs it chooses (the roll-out gate is off here, as everywhere in this benchmark). At a
+re-check what served before keeps serving unless another candidate is proven to allocate more
+than it; ``--no-incumbent`` has each verdict choose afresh, to compare (per seed the run counts the
+switches between candidates).
 
 The figures are paired by seed with the columns of an ``agent_quality`` JSON (``--pair``, the same
 scenario and seeds): what serving changes against the policy measured in the benchmark, and
 against FGD and kube-default.
 
     python bench/served_search_packing.py [--search default|""] [--packing-check kube-default]
-        [--packing-alternatives fgd|off] [--policy learned] [--scenario cpubound/openb-1]
+        [--packing-alternatives fgd|off] [--no-incumbent] [--policy learned] [--scenario cpubound/openb-1]
         [--seeds 10] [--jobs 2]
         [--pair bench/results/agent_quality_lookahead_learned.json] [--json OUT]
 """
@@ -60,7 +63,7 @@ RESULTS = ("switched", "kept", "single", "no-pool")
 
 def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: float,
              mem_threshold: float, max_pods: int | None = None, packing_check: str | None = None,
-             alternatives: tuple[str, ...] = ()) -> dict[str, Any]:
+             alternatives: tuple[str, ...] = (), keep_incumbent: bool = True) -> dict[str, Any]:
     """One packing run through the agent; its metrics, what the search did, what the filter refused
     and, with the packing check, the decisions per source and the check's verdict."""
     from fedsched.agent.cluster.cache import ClusterCache
@@ -84,6 +87,8 @@ def run_seed(scenario: str, policy: str, search: str, seed: int, cpu_threshold: 
                         packing_check=packing_check, packing_alternatives=alternatives)
     decider = Decider(cache, ModelStore(policy), cfg)
     check = decider.packing_check
+    if check is not None:
+        check.keep_incumbent = keep_incumbent
     names = list(nodes.names)
     sources = {"policy": 0, "shadow": 0, **{a: 0 for a in alternatives}}
     switches, last_served = 0, None
@@ -156,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-threshold", type=float, default=1.0)
     ap.add_argument("--mem-threshold", type=float, default=1.0)
     ap.add_argument("--metric", default="alloc_gpu")
+    ap.add_argument("--no-incumbent", action="store_true",
+                    help="each packing verdict chooses afresh, what served before not kept (to compare)")
     ap.add_argument("--max-pods", type=int, help="stop each run after this many arrivals (a smoke test)")
     ap.add_argument("--pair", type=Path, help="an agent_quality JSON of the same scenario and seeds")
     ap.add_argument("--json", dest="json_out")
@@ -171,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[int, dict[str, Any]] = {}
     with ProcessPoolExecutor(args.jobs) as pool:
         futs = [pool.submit(run_seed, args.scenario, args.policy, args.search, s, args.cpu_threshold,
-                            args.mem_threshold, args.max_pods, args.packing_check, alternatives)
+                            args.mem_threshold, args.max_pods, args.packing_check, alternatives,
+                            not args.no_incumbent)
                 for s in seeds]
         for f in as_completed(futs):
             r = f.result()
@@ -186,11 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     metrics = {s: r["metrics"] for s, r in runs.items()}
     mean, ci = mean_ci95([m[args.metric] for m in metrics.values()])
     label = (f"served {args.policy} --search {args.search!r} --packing-check {args.packing_check} "
-             f"--packing-alternatives {','.join(alternatives) or 'off'}")
+             f"--packing-alternatives {','.join(alternatives) or 'off'}"
+             + (" --no-incumbent" if args.no_incumbent else ""))
     print(f"{args.scenario}, {len(seeds)} seeds: {label}: {args.metric} {mean:.2f} ± {ci:.2f}")
     out: dict[str, Any] = {"benchmark": "served_search_packing", "scenario": args.scenario,
                            "policy": args.policy, "search": args.search,
                            "packing_check": args.packing_check, "packing_alternatives": list(alternatives),
+                           "keep_incumbent": not args.no_incumbent,
                            "seeds": seeds,
                            "cpu_threshold": args.cpu_threshold, "mem_threshold": args.mem_threshold,
                            "metric": args.metric,

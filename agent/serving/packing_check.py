@@ -154,6 +154,8 @@ class PackingCheck:
         self._thread: threading.Thread | None = None
         self._child: multiprocessing.process.BaseProcess | None = None
         self.use_child = True  # False: simulate in the thread (bench/packing_check_latency.py compares)
+        # False: each verdict chooses afresh (bench/served_search_packing.py --no-incumbent compares)
+        self.keep_incumbent = True
 
     def verdict(self, model: LoadedModel, nodes: NodeTable) -> PackingVerdict | None:
         """The model's verdict on ``nodes`` (its last one while ``nodes`` is being simulated; None
@@ -218,7 +220,7 @@ class PackingCheck:
         candidates = (POLICY, *self.alternatives)
         with self._lock:
             previous = self._done.get(model.version, (None, None))[1]
-        incumbent = previous.choose(candidates) if previous is not None else None
+        incumbent = previous.choose(candidates) if previous is not None and self.keep_incumbent else None
         v = PackingVerdict(model.version, tuple(policy), tuple(against), len(pool), len(nodes), False, lower,
                            alt_runs, pool, incumbent)
         choice = v.choose(candidates)

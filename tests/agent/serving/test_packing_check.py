@@ -127,10 +127,12 @@ def test_a_model_is_checked_again_each_time_the_pool_has_doubled(monkeypatch):
     assert check.verdict(fgd, CLUSTER).pods == 24 and not check.running and runs[4:] == [24, 24]
 
 
-def test_a_recheck_keeps_what_served_unless_a_challenger_is_proven_better_than_it(monkeypatch):
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_recheck_keeps_what_served_unless_a_challenger_is_proven_better_than_it(monkeypatch, keep):
     """Each re-check's candidates are simulated anew; the model, chosen first, keeps serving while
     FGD's lead over it is inside the noise, and FGD takes over once proven to allocate more than it
-    (scripted figures: the choice, not the simulation, is under test here)."""
+    (scripted figures: the choice, not the simulation, is under test here). Without the history
+    (``keep_incumbent`` off, what the served benchmark compares) FGD takes over at once."""
     from fedsched.agent.serving import packing_check
 
     kube = [94.0, 94.1, 93.9, 94.0]
@@ -142,6 +144,7 @@ def test_a_recheck_keeps_what_served_unless_a_challenger_is_proven_better_than_i
     monkeypatch.setattr(packing_check, "_simulate", lambda *a: next(script))
     arrivals = ArrivalPool(max_pool=64, min_pool=1)
     check = PackingCheck(arrivals, "kube-default", seeds=4, min_pool=6, alternatives=("fgd",))
+    check.keep_incumbent = keep
     model = as_model("most-allocated")
     chosen, verdicts = [], []
     for upto in (6, 12, 24):
@@ -153,6 +156,9 @@ def test_a_recheck_keeps_what_served_unless_a_challenger_is_proven_better_than_i
         assert v is not None and v.pods == upto
         verdicts.append(v)
         chosen.append((v.incumbent, v.choose((POLICY, "fgd")), v.active))
+    if not keep:
+        assert chosen == [(None, POLICY, True), (None, "fgd", False), (None, "fgd", False)]
+        return
     assert chosen == [(None, POLICY, True), (POLICY, POLICY, True), (POLICY, "fgd", False)]
     # without the history the second verdict would have handed the cluster to FGD
     assert dataclasses.replace(verdicts[1], incumbent=None).choose((POLICY, "fgd")) == "fgd"
