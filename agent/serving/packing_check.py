@@ -127,7 +127,7 @@ class PackingVerdict:
                 f"{len(self.policy_runs)} workloads: the policy allocates {self.policy:.2f}%, {against} "
                 f"{self.against:.2f}%{alts} (one-sided 95% lower bound of the policy's difference "
                 f"{self.lower:+.2f})"
-                + (f"; {self.incumbent} served before" if self.incumbent is not None else ""))
+                + (f"; the last check chose {self.incumbent}" if self.incumbent is not None else ""))
 
 
 class PackingCheck:
