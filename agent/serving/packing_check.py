@@ -99,6 +99,10 @@ class PackingVerdict:
     # what the model's previous verdict chose among every candidate (None: none, or no previous
     # verdict): a challenger replaces it only where proven to allocate more than it (best_proven)
     incumbent: str | None = None
+    # choose()'s answers by eligible set: the decider asks on every decision, and each answer runs
+    # paired tests (about a millisecond); a verdict never changes, so neither do they
+    _choices: dict[tuple[str, ...], str | None] = field(default_factory=dict, init=False, compare=False,
+                                                         repr=False)
 
     @property
     def policy(self) -> float:
@@ -117,9 +121,13 @@ class PackingVerdict:
         that allocate more than the scheduler they replace with evidence, the highest mean (the
         benchmark's ``best-of[<against>,...]``), the incumbent kept unless that one is proven to
         allocate more than it; None where none does (shadow)."""
-        runs = {POLICY: self.policy_runs, **dict(self.alternative_runs)}
-        incumbent = self.incumbent if self.incumbent in eligible else None
-        return best_proven({n: r for n, r in runs.items() if n in eligible}, self.against_runs, incumbent)
+        key = tuple(eligible)
+        if key not in self._choices:
+            runs = {POLICY: self.policy_runs, **dict(self.alternative_runs)}
+            incumbent = self.incumbent if self.incumbent in eligible else None
+            self._choices[key] = best_proven({n: r for n, r in runs.items() if n in eligible},
+                                             self.against_runs, incumbent)
+        return self._choices[key]
 
     def reason(self, against: str) -> str:
         alts = "".join(f", {n} {v:.2f}%" for n, v in self.figures().items() if n != POLICY)
