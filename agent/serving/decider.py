@@ -313,6 +313,25 @@ class Decider:
         self.metrics.set_model(model.version, model.path)
         self.metrics.reloads.labels(result="ok", reason="").inc()
         self.publish_verdict(model)
+        self._publish_carried(model)
+
+    def _publish_carried(self, model: LoadedModel) -> None:
+        """Where the packing check carries an earlier model's verdict over to ``model`` until its
+        first simulation ends (:meth:`PackingCheck.carried`): what serves meanwhile, logged and
+        exported (no figures: none are of this model yet)."""
+        check = self.packing_check
+        if check is None or not (self.cache.synced and len(self.cache.index)):
+            return
+        carried = check.carried(model)
+        if carried is None:
+            return
+        served = self.serving(model)[1]
+        against = self.cfg.packing_check_against or ""  # set: the check exists
+        self.metrics.set_packing_check(model.version, {}, served.name if served is not None else against)
+        log.info("packing check: model %s has no verdict yet: %s until its simulation ends (model %s's "
+                 "last check)", model.version,
+                 f"{served.name} keeps serving" if served is not None else f"{against}'s scores answer",
+                 carried.model_version)
 
     def publish_verdict(self, model: LoadedModel) -> None:
         """The roll-out gate's verdict on ``model`` decided, logged and exported now (at start-up
@@ -341,7 +360,9 @@ class Decider:
     def serving(self, model: LoadedModel) -> tuple[str, Scheduler | None]:
         """(the mode, the packing check's alternative that serves in the model's place or None):
         active with None is the model, active with a scheduler that alternative (a baseline
-        scoring through the same ranking, built on the pods the verdict simulated)."""
+        scoring through the same ranking, built on the pods the verdict simulated). Until the
+        model's first verdict an alternative an earlier model's verdict chose may serve
+        (:meth:`PackingCheck.carried`), never the model."""
         mode = self._gate_mode(model)
         check = self.packing_check
         if check is None or self.cfg.mode == "shadow":
@@ -350,6 +371,8 @@ class Decider:
         if not eligible:
             return "shadow", None
         v = check.verdict(model, self.cache.table)
+        if v is None and (v := check.carried(model)) is not None:  # the model's first check is due
+            eligible = tuple(e for e in eligible if e != POLICY)  # an alternative may serve on
         pick = v.choose(eligible) if v is not None else None
         if pick is None:
             return "shadow", None

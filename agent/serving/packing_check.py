@@ -19,9 +19,10 @@ beside the model on the same workloads. Of the candidates allowed to serve (the 
 roll-out gate admits it, an alternative where the gate admits it by its own evidence), those that
 allocate more than ``against`` with evidence compete on their means, and the highest serves
 (:meth:`PackingVerdict.choose`); none proven is shadow. When the model is checked again, what its
-last verdict chose (the incumbent) keeps serving unless the highest is proven to allocate more than
-it: on openb's default workload the model and FGD simulate a few hundredths apart, and each re-check
-would otherwise hand the cluster to whichever its sample favoured. An alternative that serves breaks ties as
+last verdict chose (the incumbent; at its first check, the alternative carried over to it, below)
+keeps serving unless the highest is proven to allocate more than it: on openb's default workload
+the model and FGD simulate a few hundredths apart, and each re-check would otherwise hand the
+cluster to whichever its sample favoured. An alternative that serves breaks ties as
 the simulation does, by a fixed node order (the decider's ``_tie_order``). FGD serves where it
 packs this cluster's pods best (on openb's CPU-heavy workload it allocates about two points more
 GPU than the shipped model), but never where its own replay evidence shows it harming a guardrail.
@@ -41,8 +42,10 @@ mislead (their sample is part of the uncertainty the workloads' paired test does
 CPU-bound inventory 256 pods once showed the model 2 points ahead where the whole workload had it
 behind), so a model is checked again each time the pool has doubled since its verdict, until the
 pool is full (256, 512, ..., 4,096 pods: at most five simulations per model and table). Until a
-model's first verdict it has no evidence (shadow); while it is checked again, or a changed table
-is simulated, its last verdict stands.
+model's first verdict it has no evidence: shadow, or where the latest verdict of an earlier model
+proved an alternative (FGD, say), the alternatives that verdict proves choose among themselves until
+the new model's verdict (:meth:`PackingCheck.carried`; their evidence does not depend on the model). While a
+model is checked again, or a changed table is simulated, its last verdict stands.
 A simulation that fails is logged, gives no evidence and is not retried for that model and table.
 A model whose file holds another model by the time the child loads it (a newer file whose reload
 was refused) is simulated in the thread instead.
@@ -189,6 +192,22 @@ class PackingCheck:
             self._thread.start()
             return last
 
+    def carried(self, model: LoadedModel) -> PackingVerdict | None:
+        """While ``model``'s first simulation is due or under way: the latest verdict of an earlier
+        model (None otherwise, and where there is none). Its alternatives' evidence does not depend
+        on the model, so an alternative it chose may keep serving meanwhile (a federation reloads
+        a model every round); the earlier model's own evidence says nothing of this one, so the
+        caller leaves :data:`POLICY` out of the candidates. A model whose simulation failed, or
+        that cannot be simulated, gets nothing carried: that would serve an alternative on
+        evidence never checked again."""
+        with self._lock:
+            if model.version in self._done or model.make_scheduler is None:
+                return None
+            for _, v in reversed(self._done.values()):
+                if v is not None:
+                    return v
+        return None
+
     @property
     def running(self) -> bool:
         """A simulation is under way."""
@@ -228,7 +247,11 @@ class PackingCheck:
         candidates = (POLICY, *self.alternatives)
         with self._lock:
             previous = self._done.get(model.version, (None, None))[1]
-        incumbent = previous.choose(candidates) if previous is not None and self.keep_incumbent else None
+        incumbent = None
+        if self.keep_incumbent and previous is not None:
+            incumbent = previous.choose(candidates)
+        elif self.keep_incumbent and (carried := self.carried(model)) is not None:
+            incumbent = carried.choose(self.alternatives)  # what served meanwhile
         v = PackingVerdict(model.version, tuple(policy), tuple(against), len(pool), len(nodes), False, lower,
                            alt_runs, pool, incumbent)
         choice = v.choose(candidates)

@@ -6,6 +6,8 @@ thread of their own, figures equal to the benchmark's own simulation."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import threading
 import time
 
 import numpy as np
@@ -19,9 +21,10 @@ from fedsched.agent.serving.model_store import LoadedModel, ModelStore, load_mod
 from fedsched.agent.serving.packing_check import POLICY, PackingCheck
 from fedsched.common.model.cluster import Pod
 from fedsched.common.model.metrics import TROUBLE_SMOOTHING
-from fedsched.common.schedulers import SchedulerContext, default_policy_path, make_scheduler
+from fedsched.common.schedulers import LEARNED_ONLINE, SchedulerContext, default_policy_path, make_scheduler
 from fedsched.common.schedulers.base import rank
 from fedsched.common.sim.portfolio import proven_better, simulated_allocations
+from tests.checkpoint_support import write_scaled
 from tests.common.schedulers.sched_testkit import nodes, pod_table
 
 # Four 2-GPU nodes; single-GPU pods and whole-node pods: packing the single-GPU pods (FGD) keeps
@@ -391,3 +394,111 @@ def test_the_tie_order_is_a_fixed_priority_per_node_name_that_survives_a_changed
     grown = nodes(cpu=[16000] * 13, gpu=[2] * 13)
     assert [n for n in order(grown) if n in set(wide.names)] == first
     assert order(wide, seed=1) != first
+
+
+KUBE = [94.0, 94.1, 93.9, 94.0]
+FGD = [95.3, 95.4, 95.2, 95.3]  # proven above KUBE
+
+
+def scripted(monkeypatch, figures: list) -> threading.Event:
+    """The check's simulations answer ``figures`` in turn, each once the returned event is set
+    (the choice and its timing, not the simulation, are under test)."""
+    from fedsched.agent.serving import packing_check
+
+    script, release = iter(figures), threading.Event()
+
+    def simulate(*_a):
+        assert release.wait(60)
+        answer = next(script)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(packing_check, "_simulate", simulate)
+    return release
+
+
+def test_a_new_model_is_carried_the_latest_earlier_verdict_only_until_its_first_one(monkeypatch):
+    """``carried``: while a model's first simulation is due or under way, the latest verdict of an
+    earlier model; never for a model with a verdict of its own, one whose simulation failed or one
+    that cannot be simulated."""
+    release = scripted(monkeypatch, [([95.5] * 4, KUBE, [FGD]), ([93.0] * 4, KUBE, [FGD]),
+                                     RuntimeError("boom")])
+    check = PackingCheck(filled(12), "kube-default", seeds=4, min_pool=1, alternatives=("fgd",))
+    a, b, c = (dataclasses.replace(as_model("fgd"), version=v) for v in "abc")
+    assert check.verdict(a, CLUSTER) is None and check.carried(a) is None  # nothing earlier
+    release.set()
+    check.wait(60)
+    va = check.verdict(a, CLUSTER)
+    assert va is not None and check.carried(a) is None  # its own verdict
+    assert check.carried(b) is va  # due: not started yet
+    release.clear()
+    assert check.verdict(b, CLUSTER) is None and check.running and check.carried(b) is va  # under way
+    release.set()
+    check.wait(60)
+    vb = check.verdict(b, CLUSTER)
+    assert vb is not None and check.carried(b) is None and check.carried(c) is vb  # the latest
+    check.verdict(c, CLUSTER)
+    check.wait(60)
+    assert check.verdict(c, CLUSTER) is None and check.carried(c) is None  # failed: nothing carried
+    unsimulated = dataclasses.replace(as_model("fgd"), version="d", make_scheduler=None)
+    assert check.carried(unsimulated) is None
+
+
+@pytest.mark.parametrize("fgd_proven", [True, False])
+def test_after_a_reload_the_alternative_an_earlier_verdict_proved_serves_until_the_new_models_verdict(
+        monkeypatch, tmp_path, fgd_proven):
+    """A federation reloads a model every round. Model A's verdict chose the model, with FGD proven
+    to pack more than kube-default too; model B, just loaded, has no evidence of its own, so it may
+    not serve, but FGD's evidence does not depend on the model: FGD serves until B's simulation ends
+    (exported as what serves for B). B's verdict then keeps FGD, what served meanwhile, as its
+    incumbent: B's lead over FGD is inside the noise. Where A's verdict proved no alternative, B
+    starts in shadow mode and its verdict lets it serve."""
+    fgd = FGD if fgd_proven else KUBE
+    b_runs = [95.40, 95.38, 95.30, 95.32]  # above FGD's mean by 0.05, not proven; proven above KUBE
+    release = scripted(monkeypatch, [([95.5] * 4, KUBE, [fgd]), (b_runs, KUBE, [fgd])])
+    path = tmp_path / "policy.pt"
+    shutil.copy(default_policy_path(LEARNED_ONLINE), path)
+    cache = ClusterCache.from_table(CLUSTER)
+    cfg = DeciderConfig(gate=None, budget_ms=60_000.0, packing_check="kube-default",
+                        packing_alternatives=("fgd",))
+    d = Decider(cache, ModelStore(str(path)), cfg)
+    check = d.packing_check
+    assert check is not None
+    check.use_child = False
+    check.min_pool = d.arrivals.min_pool = len(POOL)
+    names = list(CLUSTER.names)
+    for i in range(len(POOL)):
+        d.filter(pod_to_json(Pod.from_table(POOL, i), f"p-{i}", CLUSTER.models, uid=f"u-{i}"), names)
+    a = d.models.current
+    assert d.serving(a) == ("shadow", None) and check.running  # nothing earlier to carry
+    release.set()
+    check.wait(60)
+    assert d.serving(a) == ("active", None)  # A's verdict: the model
+    release.clear()
+    write_scaled(path, 0.5)
+    assert d.models.reload()[0]
+    b = d.models.current
+    assert b.version != a.version and check.running  # B's simulation started at the reload
+    sample = d.metrics.registry.get_sample_value
+    obj = pod_to_json(Pod.from_table(POOL, 0), "p-next", CLUSTER.models, uid="u-next")
+    d.filter(obj, names)
+    dec = d.prioritize(obj, names)
+    mode, served = d.serving(b)
+    if fgd_proven:
+        assert mode == "active" and served is not None and served.name == "fgd"
+        assert (dec.source, dec.served) == ("policy", served)
+        assert sample("fedsched_packing_check_serving", {"model_version": b.version, "scheduler": "fgd"}) == 1
+    else:
+        assert (mode, served) == ("shadow", None) and (dec.source, dec.reason) == ("fallback", "shadow")
+        assert sample("fedsched_packing_check_serving",
+                      {"model_version": b.version, "scheduler": "kube-default"}) == 1
+    release.set()
+    check.wait(60)
+    v = check.verdict(b, cache.table)
+    assert v is not None and check.carried(b) is None
+    if fgd_proven:
+        assert v.incumbent == "fgd" and not v.active and d.serving(b)[1] is not None
+        assert dataclasses.replace(v, incumbent=None).choose((POLICY, "fgd")) == POLICY  # without it
+    else:
+        assert v.incumbent is None and v.active and d.serving(b) == ("active", None)
