@@ -294,7 +294,8 @@ class Decider:
         self._tie_order_of: tuple[Any, np.ndarray] = (None, np.zeros(0, dtype=np.int64))
         if against is not None and self.arrivals is not None:
             self.packing_check = PackingCheck(self.arrivals, against, on_verdict=self._packing_verdict,
-                                              alternatives=self.cfg.packing_alternatives)
+                                              alternatives=self.cfg.packing_alternatives,
+                                              eligible=lambda m: self._eligible(m, self._gate_mode(m)))
             alts = self.cfg.packing_alternatives
             log.info("packing check on: the model is served actively only where a packing simulation of "
                      "the pods asked for on this cluster's nodes allocates more than with %s%s", against,

@@ -142,12 +142,15 @@ class PackingVerdict:
 
 
 class PackingCheck:
-    """See the module doc. ``on_verdict`` is called (on the check's thread) with each new verdict."""
+    """See the module doc. ``on_verdict`` is called (on the check's thread) with each new verdict;
+    ``eligible(model)`` names the candidates allowed to serve with ``model`` (the decider's roll-out
+    gate; default: every one), so that the incumbent a verdict keeps is what actually served."""
 
     def __init__(self, arrivals: ArrivalPool, against: str = "kube-default", seeds: int = SEEDS,
                  min_pool: int = MIN_POOL, min_interval_s: float = MIN_INTERVAL_S,
                  on_verdict: Callable[[PackingVerdict], None] | None = None,
-                 alternatives: Sequence[str] = ()) -> None:
+                 alternatives: Sequence[str] = (),
+                 eligible: Callable[[LoadedModel], Collection[str]] | None = None) -> None:
         if against not in BASELINES:
             raise ValueError(f"the packing check compares with a baseline ({', '.join(sorted(BASELINES))}), "
                              f"got {against!r}")
@@ -158,6 +161,7 @@ class PackingCheck:
         self.arrivals, self.against, self.seeds, self.min_pool = arrivals, against, seeds, min_pool
         self.min_interval_s = min_interval_s
         self.on_verdict = on_verdict
+        self.eligible = eligible
         self._ended = -math.inf  # time.monotonic() when the last simulation ended
         self._lock = threading.Lock()
         # model version -> (node table simulated, its verdict or None when the simulation failed)
@@ -245,13 +249,14 @@ class PackingCheck:
         lower = proven_better(policy, against)[1]
         alt_runs = tuple((n, tuple(r)) for n, r in zip(self.alternatives, alternatives, strict=True))
         candidates = (POLICY, *self.alternatives)
+        allowed = candidates if self.eligible is None else tuple(self.eligible(model))
         with self._lock:
             previous = self._done.get(model.version, (None, None))[1]
-        incumbent = None
+        incumbent = None  # what served since the last verdict
         if self.keep_incumbent and previous is not None:
-            incumbent = previous.choose(candidates)
+            incumbent = previous.choose(allowed)
         elif self.keep_incumbent and (carried := self.carried(model)) is not None:
-            incumbent = carried.choose(self.alternatives)  # what served meanwhile
+            incumbent = carried.choose(tuple(a for a in allowed if a != POLICY))
         v = PackingVerdict(model.version, tuple(policy), tuple(against), len(pool), len(nodes), False, lower,
                            alt_runs, pool, incumbent)
         choice = v.choose(candidates)

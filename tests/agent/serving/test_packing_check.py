@@ -502,3 +502,29 @@ def test_after_a_reload_the_alternative_an_earlier_verdict_proved_serves_until_t
         assert dataclasses.replace(v, incumbent=None).choose((POLICY, "fgd")) == POLICY  # without it
     else:
         assert v.incumbent is None and v.active and d.serving(b) == ("active", None)
+
+
+def test_the_incumbent_is_what_served_among_the_candidates_the_gate_allows(monkeypatch):
+    """With the model refused by the roll-out gate and two alternatives allowed, the first verdict's
+    choice among every candidate is the model, which never served; FGD did. A re-check keeps FGD
+    while most-allocated's lead over it is inside the noise (without ``eligible`` the incumbent
+    would be the model, ignored, and most-allocated would take over on noise)."""
+    alts = ("fgd", "most-allocated")
+    release = scripted(monkeypatch, [([96.5] * 4, KUBE, [FGD, [95.2, 95.3, 95.1, 95.2]]),
+                                     ([96.5] * 4, KUBE, [FGD, [95.45, 95.35, 95.15, 95.40]])])
+    release.set()
+    arrivals = ArrivalPool(max_pool=64, min_pool=1)
+    check = PackingCheck(arrivals, "kube-default", seeds=4, min_pool=6, alternatives=alts,
+                         eligible=lambda _m: alts)
+    model = as_model("most-allocated")
+    verdicts = []
+    for upto in (6, 12):
+        for i in range(len(arrivals), upto):
+            arrivals.record(f"u{i}", Pod.from_table(POOL, i % len(POOL)))
+        check.verdict(model, CLUSTER)
+        check.wait(60)
+        verdicts.append(check.verdict(model, CLUSTER))
+    first, second = verdicts
+    assert first.choose(alts) == "fgd" and first.choose((POLICY, *alts)) == POLICY
+    assert second.incumbent == "fgd" and second.choose(alts) == "fgd"
+    assert dataclasses.replace(second, incumbent=POLICY).choose(alts) == "most-allocated"
