@@ -19,7 +19,9 @@ every node 90% requested, which a packing cluster fills on purpose: ``--cpu-thre
 model alone): the agent answers kube-default's scores (shadow mode) until its simulation of the pods
 asked for so far shows the model allocating more than the baseline with evidence, and the pod is
 bound where that answer puts it, on kube-default's GPUs. The run waits for the check's simulation
-when one starts: the pods of a GPU cluster arrive over days, the simulation takes a minute.
+when one starts: the pods of a GPU cluster arrive over days, the simulation takes a minute (with
+``--search`` on too the check simulates the search over the model, tens of minutes per check at
+1,213 nodes: ``bench/packing_check_cost.py``).
 ``--packing-alternatives`` (``fedsched serve``'s, FGD by default; ``off``) are simulated beside
 the model, and where one of them is proven and allocates the most it answers instead, its pick bound
 on the GPUs it chooses (the roll-out gate is off here, as everywhere in this benchmark). At a

@@ -45,7 +45,8 @@ Decision-time search (``DeciderConfig.search``, ``fedsched serve --search``): th
 inside the benchmark's search (:mod:`fedsched.agent.serving.search`), its arrivals drawn from the
 pods this decider was asked to place, its draws fixed by the decision's place in the tie-break
 stream (so early and late rankings agree); ``fedsched_search_decisions_total{result}`` counts what
-it did, and the roll-out gate judges it by the search's own evidence.
+it did, the roll-out gate judges it by the search's own evidence, and the packing check simulates it
+(what serves as the policy).
 
 Pods scheduled by another profile (``spec.schedulerName`` other than ``scheduler_name``) get
 a neutral answer: every node passes, every score is 0 (extenders are global in
@@ -295,7 +296,8 @@ class Decider:
         if against is not None and self.arrivals is not None:
             self.packing_check = PackingCheck(self.arrivals, against, on_verdict=self._packing_verdict,
                                               alternatives=self.cfg.packing_alternatives,
-                                              eligible=lambda m: self._eligible(m, self._gate_mode(m)))
+                                              eligible=lambda m: self._eligible(m, self._gate_mode(m)),
+                                              search=self.cfg.search)
             alts = self.cfg.packing_alternatives
             log.info("packing check on: the model is served actively only where a packing simulation of "
                      "the pods asked for on this cluster's nodes allocates more than with %s%s", against,

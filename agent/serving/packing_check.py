@@ -13,6 +13,12 @@ stays active only when it allocates more with evidence (the one-sided 95% lower 
 paired difference above 0, :func:`~fedsched.common.sim.portfolio.proven_better`: the roll-out
 gate's test); otherwise, and until that evidence exists, the decider serves in shadow mode (default
 scores, the policy logged). It is the choice ``best-of[<against>,<model>,...]`` makes in the benchmark.
+With the decision-time search on (``fedsched serve --search``, ``search`` here) what serves as the
+policy is the search over the model, and that is what is simulated: the same arguments, its
+arrivals drawn from each workload's pods (as the serving search draws them from the pods asked
+for). The search places pods the model alone would not, and on an inventory where CPU runs out
+first it can allocate less than the model's base; the cost is the search's, tens of times the
+model's (``bench/packing_check_latency.py --search``).
 
 Alternatives (``fedsched serve --packing-alternatives``, FGD by default): baselines simulated
 beside the model on the same workloads. Of the candidates allowed to serve (the model where the
@@ -71,7 +77,14 @@ from fedsched.agent.serving.arrivals import ArrivalPool
 from fedsched.agent.serving.model_store import LoadedModel, load_model
 from fedsched.common.compute import background_worker
 from fedsched.common.model.cluster import NodeTable, PodTable
-from fedsched.common.schedulers import BASELINES, make_scheduler
+from fedsched.common.schedulers import (
+    BASELINES,
+    Lookahead,
+    LookaheadArgs,
+    Scheduler,
+    SchedulerContext,
+    make_scheduler,
+)
 from fedsched.common.sim.portfolio import best_proven, proven_better, simulated_allocations
 
 log = logging.getLogger("fedsched.serve")
@@ -102,6 +115,8 @@ class PackingVerdict:
     # what the model's previous verdict chose among every candidate (None: none, or no previous
     # verdict): a challenger replaces it only where proven to allocate more than it (best_proven)
     incumbent: str | None = None
+    # the search the model was simulated through (LookaheadArgs.spec; "": the model alone)
+    search: str = ""
     # choose()'s answers by eligible set: the decider asks on every decision, and each answer runs
     # paired tests (about a millisecond); a verdict never changes, so neither do they
     _choices: dict[tuple[str, ...], str | None] = field(default_factory=dict, init=False, compare=False,
@@ -135,7 +150,9 @@ class PackingVerdict:
     def reason(self, against: str) -> str:
         alts = "".join(f", {n} {v:.2f}%" for n, v in self.figures().items() if n != POLICY)
         return (f"packing simulation of {self.pods} pods asked for on this cluster's {self.nodes} nodes, "
-                f"{len(self.policy_runs)} workloads: the policy allocates {self.policy:.2f}%, {against} "
+                f"{len(self.policy_runs)} workloads: the policy"
+                + (f" (through the search {self.search})" if self.search else "")
+                + f" allocates {self.policy:.2f}%, {against} "
                 f"{self.against:.2f}%{alts} (one-sided 95% lower bound of the policy's difference "
                 f"{self.lower:+.2f})"
                 + (f"; the last check chose {self.incumbent}" if self.incumbent is not None else ""))
@@ -150,7 +167,8 @@ class PackingCheck:
                  min_pool: int = MIN_POOL, min_interval_s: float = MIN_INTERVAL_S,
                  on_verdict: Callable[[PackingVerdict], None] | None = None,
                  alternatives: Sequence[str] = (),
-                 eligible: Callable[[LoadedModel], Collection[str]] | None = None) -> None:
+                 eligible: Callable[[LoadedModel], Collection[str]] | None = None,
+                 search: LookaheadArgs | None = None) -> None:
         if against not in BASELINES:
             raise ValueError(f"the packing check compares with a baseline ({', '.join(sorted(BASELINES))}), "
                              f"got {against!r}")
@@ -162,6 +180,7 @@ class PackingCheck:
         self.min_interval_s = min_interval_s
         self.on_verdict = on_verdict
         self.eligible = eligible
+        self.search = search  # the model is served through this search: simulated through it too
         self._ended = -math.inf  # time.monotonic() when the last simulation ended
         self._lock = threading.Lock()
         # model version -> (node table simulated, its verdict or None when the simulation failed)
@@ -237,9 +256,10 @@ class PackingCheck:
                     # served): the model in memory is the only copy left
                     log.info("packing check: model %s's file changed before its simulation; simulating "
                              "it in the agent's own thread", model.version)
-                    runs = _simulate(model, self.against, self.alternatives, nodes, pool, self.seeds)
+                    runs = _simulate(model, self.against, self.alternatives, nodes, pool, self.seeds,
+                                     self.search)
             else:
-                runs = _simulate(model, self.against, self.alternatives, nodes, pool, self.seeds)
+                runs = _simulate(model, self.against, self.alternatives, nodes, pool, self.seeds, self.search)
             policy, against, alternatives = runs
         except Exception:
             log.exception("packing check: the simulation of model %s failed; served in shadow mode (no "
@@ -258,7 +278,7 @@ class PackingCheck:
         elif self.keep_incumbent and (carried := self.carried(model)) is not None:
             incumbent = carried.choose(tuple(a for a in allowed if a != POLICY))
         v = PackingVerdict(model.version, tuple(policy), tuple(against), len(pool), len(nodes), False, lower,
-                           alt_runs, pool, incumbent)
+                           alt_runs, pool, incumbent, self.search.spec() if self.search else "")
         choice = v.choose(candidates)
         v = dataclasses.replace(v, active=choice == POLICY)
         self._keep(model.version, (nodes, v))
@@ -276,7 +296,8 @@ class PackingCheck:
         time, and the requests beside it would wait for it (``bench/packing_check_latency.py``)."""
         ctx = multiprocessing.get_context("spawn")
         receive, send = ctx.Pipe(duplex=False)
-        args = (send, model.path, model.version, self.against, self.alternatives, nodes, pool, self.seeds)
+        args = (send, model.path, model.version, self.against, self.alternatives, nodes, pool, self.seeds,
+                self.search)
         child = ctx.Process(target=_child_main, args=args, name="fedsched-packing-check", daemon=True)
         child.start()
         self._child = child
@@ -317,24 +338,30 @@ Runs = tuple[list[float], list[float], list[list[float]]]
 
 
 def _simulate(model: LoadedModel, against: str, alternatives: Sequence[str], nodes: NodeTable, pool: PodTable,
-              seeds: int) -> Runs:
+              seeds: int, search: LookaheadArgs | None = None) -> Runs:
     make = model.make_scheduler
     assert make is not None
-    return (simulated_allocations(nodes, pool, lambda _ctx: make(), seeds),
+
+    def served(ctx: SchedulerContext) -> Scheduler:
+        """What serves as the policy: the model, or the search over it (its arrivals drawn from the
+        workload's pods, as the serving search draws them from the pods asked for)."""
+        return make() if search is None else Lookahead(ctx, make, search)
+
+    return (simulated_allocations(nodes, pool, served, seeds),
             simulated_allocations(nodes, pool, lambda ctx: make_scheduler(against, ctx), seeds),
             [simulated_allocations(nodes, pool, lambda ctx, a=a: make_scheduler(a, ctx), seeds)
              for a in alternatives])
 
 
 def _child_main(send: Connection, path: str, version: str, against: str, alternatives: tuple[str, ...],
-                nodes: NodeTable, pool: PodTable, seeds: int) -> None:
+                nodes: NodeTable, pool: PodTable, seeds: int, search: LookaheadArgs | None = None) -> None:
     """A spawned process's work: load the model file, simulate, send the figures (None when the
     file is no longer ``version``; the exception when something fails)."""
     background_worker()  # one BLAS thread, the lowest CPU priority, killed with the agent
     try:
         model = load_model(Path(path))
         send.send(None if model.version != version
-                  else _simulate(model, against, alternatives, nodes, pool, seeds))
+                  else _simulate(model, against, alternatives, nodes, pool, seeds, search))
     except Exception as e:  # sent, so the parent logs it as its own
         send.send(e)
     finally:

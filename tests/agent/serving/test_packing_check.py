@@ -21,7 +21,14 @@ from fedsched.agent.serving.model_store import LoadedModel, ModelStore, load_mod
 from fedsched.agent.serving.packing_check import POLICY, PackingCheck
 from fedsched.common.model.cluster import Pod
 from fedsched.common.model.metrics import TROUBLE_SMOOTHING
-from fedsched.common.schedulers import LEARNED_ONLINE, SchedulerContext, default_policy_path, make_scheduler
+from fedsched.common.schedulers import (
+    LEARNED_ONLINE,
+    Lookahead,
+    LookaheadArgs,
+    SchedulerContext,
+    default_policy_path,
+    make_scheduler,
+)
 from fedsched.common.schedulers.base import rank
 from fedsched.common.sim.portfolio import proven_better, simulated_allocations
 from tests.checkpoint_support import write_scaled
@@ -528,3 +535,46 @@ def test_the_incumbent_is_what_served_among_the_candidates_the_gate_allows(monke
     assert first.choose(alts) == "fgd" and first.choose((POLICY, *alts)) == POLICY
     assert second.incumbent == "fgd" and second.choose(alts) == "fgd"
     assert dataclasses.replace(second, incumbent=POLICY).choose(alts) == "most-allocated"
+
+
+def test_with_the_search_on_the_check_simulates_the_search_over_the_model():
+    """``fedsched serve --search``: what serves as the policy is the search over the model, so that is
+    what the check simulates (the benchmark's ``lookahead[...]`` over the model, its arrivals drawn
+    from the workload's pods). Here the search packs the 1-GPU pods that kube-default spreads: its
+    figures are not the model's alone."""
+    args = LookaheadArgs(candidates=3, horizon=4)
+    arrivals = filled(len(POOL))
+    check = PackingCheck(arrivals, "fgd", seeds=4, min_pool=len(POOL), search=args)
+    model = as_model("kube-default")
+    check.verdict(model, CLUSTER)
+    check.wait(60)
+    v = check.verdict(model, CLUSTER)
+    assert v is not None and v.search == args.spec()
+    assert f"through the search {args.spec()}" in v.reason("fgd")
+    pool = arrivals.pool()
+    searched = simulated_allocations(CLUSTER, pool, lambda c: Lookahead(c, model.make_scheduler, args), 4)
+    alone = simulated_allocations(CLUSTER, pool, lambda c: make_scheduler("kube-default", c), 4)
+    assert list(v.policy_runs) == pytest.approx(searched) and searched != alone
+
+
+def test_the_decider_checks_what_it_serves_with_the_search_on_in_the_child_too():
+    """Through the decider, the shipped packing policy simulated in the check's spawned child: the
+    search's arguments reach the child, and the verdict's figures are the search over the model's."""
+    args = LookaheadArgs(candidates=2, horizon=3)
+    cache = ClusterCache.from_table(CLUSTER)
+    cfg = DeciderConfig(gate=None, budget_ms=60_000.0, packing_check="kube-default", search=args)
+    d = Decider(cache, ModelStore("learned"), cfg)
+    check = d.packing_check
+    assert check is not None and check.search is args and check.use_child
+    check.min_pool = d.arrivals.min_pool = len(POOL)
+    names = list(CLUSTER.names)
+    for i in range(len(POOL)):
+        d.filter(pod_to_json(Pod.from_table(POOL, i), f"p-{i}", CLUSTER.models, uid=f"u-{i}"), names)
+    model = d.models.current
+    d.serving(model)
+    check.wait(120)
+    v = check.verdict(model, cache.table)
+    assert v is not None and v.search == args.spec()
+    want = simulated_allocations(cache.table, d.arrivals.pool(),
+                                 lambda c: Lookahead(c, model.make_scheduler, args), 4)
+    assert list(v.policy_runs) == pytest.approx(want)
