@@ -364,8 +364,8 @@ class Decider:
         """(the mode, the packing check's alternative that serves in the model's place or None):
         active with None is the model, active with a scheduler that alternative (a baseline
         scoring through the same ranking, built on the pods the verdict simulated). Until the
-        model's first verdict an alternative an earlier model's verdict chose may serve
-        (:meth:`PackingCheck.carried`), never the model."""
+        model's first verdict an alternative the latest verdict of an earlier model proves may
+        serve (:meth:`PackingCheck.carried`), never the model."""
         mode = self._gate_mode(model)
         check = self.packing_check
         if check is None or self.cfg.mode == "shadow":

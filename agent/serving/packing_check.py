@@ -18,7 +18,7 @@ policy is the search over the model, and that is what is simulated: the same arg
 arrivals drawn from each workload's pods (as the serving search draws them from the pods asked
 for). The search places pods the model alone would not, and on an inventory where CPU runs out
 first it can allocate less than the model's base; the cost is the search's, tens of times the
-model's (``bench/packing_check_latency.py --search``).
+model's (``bench/packing_check_cost.py``).
 
 Alternatives (``fedsched serve --packing-alternatives``, FGD by default): baselines simulated
 beside the model on the same workloads. Of the candidates allowed to serve (the model where the
@@ -112,8 +112,9 @@ class PackingVerdict:
     # (name, its allocation per workload) of each alternative (PackingCheck.alternatives)
     alternative_runs: tuple[tuple[str, tuple[float, ...]], ...] = ()
     pool: PodTable | None = field(default=None, compare=False, repr=False)  # the pods simulated
-    # what the model's previous verdict chose among every candidate (None: none, or no previous
-    # verdict): a challenger replaces it only where proven to allocate more than it (best_proven)
+    # what served since the model's previous verdict (its choice among the candidates allowed to
+    # serve; at the first verdict, the alternative carried over from an earlier model's; None: none):
+    # a challenger replaces it only where proven to allocate more than it (best_proven)
     incumbent: str | None = None
     # the search the model was simulated through (LookaheadArgs.spec; "": the model alone)
     search: str = ""
@@ -155,7 +156,7 @@ class PackingVerdict:
                 + f" allocates {self.policy:.2f}%, {against} "
                 f"{self.against:.2f}%{alts} (one-sided 95% lower bound of the policy's difference "
                 f"{self.lower:+.2f})"
-                + (f"; the last check chose {self.incumbent}" if self.incumbent is not None else ""))
+                + (f"; {self.incumbent} served before this check" if self.incumbent is not None else ""))
 
 
 class PackingCheck:

@@ -172,7 +172,7 @@ def test_a_recheck_keeps_what_served_unless_a_challenger_is_proven_better_than_i
     assert chosen == [(None, POLICY, True), (POLICY, POLICY, True), (POLICY, "fgd", False)]
     # without the history the second verdict would have handed the cluster to FGD
     assert dataclasses.replace(verdicts[1], incumbent=None).choose((POLICY, "fgd")) == "fgd"
-    assert "the last check chose policy" in verdicts[1].reason("kube-default")
+    assert "policy served before this check" in verdicts[1].reason("kube-default")
 
 
 def test_a_changed_node_table_waits_for_the_interval_but_a_new_model_does_not():
