@@ -69,13 +69,19 @@ class FGD(Scheduler):
             self._models[n_models] = FragmentationModel(self.typical, n_models)
         return self._models[n_models]
 
-    def _scores(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def deltas(self, state: ClusterState, pod: Pod,
+               nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row into ``nodes``, GPU, fragmentation drop ``F_n - F_n'``) of each placement tried."""
         fm = self.frag_model(state)
         cache = self._caches.setdefault(id(fm), NodeFragCache(fm))
         rows, gpus, delta, _ = placement_deltas(
             fm, state.nodes.cpu[nodes] - state.cpu_req[nodes], state.gpu_free[nodes],
             state.nodes.model[nodes], pod.cpu_nonzero, pod.num_gpu, pod.gpu_milli,
             parts=cache.get(state, nodes))
+        return rows, gpus, delta
+
+    def _scores(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows, gpus, delta = self.deltas(state, pod, nodes)
         return best_per_node(len(nodes), rows, gpus, fgd_score(delta))
 
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from fedsched.common.model.fragmentation import NodeFragCache, best_per_node, placement_deltas
+from fedsched.common.model.fragmentation import best_per_node
 from fedsched.common.model.metrics import mean_ci95
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods, split_train_val_test
 from fedsched.common.schedulers import RESOLVERS
@@ -34,12 +34,7 @@ class FGDVariant(FGD):
         self.name = "fgdv:" + variant
 
     def _scores(self, state, pod, nodes):
-        fm = self.frag_model(state)
-        cache = self._caches.setdefault(id(fm), NodeFragCache(fm))
-        rows, gpus, delta, _ = placement_deltas(
-            fm, state.nodes.cpu[nodes] - state.cpu_req[nodes], state.gpu_free[nodes],
-            state.nodes.model[nodes], pod.cpu_nonzero, pod.num_gpu, pod.gpu_milli,
-            parts=cache.get(state, nodes))
+        rows, gpus, delta = self.deltas(state, pod, nodes)
         v = self.variant
         if v.startswith("raw"):
             vals = delta.astype(np.float64)
