@@ -434,10 +434,14 @@ class Decider:
         return self._tie_order_of[1]
 
     def _packing_verdict(self, v: PackingVerdict) -> None:
-        """A new packing verdict (on the check's thread): exported with what serves after it."""
+        """A new packing verdict (on the check's thread): exported with what serves after it. A
+        verdict on a model replaced meanwhile is what the current one is carried (its figures are
+        not exported: they are of a model no longer served)."""
         model = self.models.current
-        pick = v.choose(self._eligible(model, self._gate_mode(model))) if model.version == v.model_version \
-            else None
+        if model.version != v.model_version:
+            self._publish_carried(model)
+            return
+        pick = v.choose(self._eligible(model, self._gate_mode(model)))
         against = self.cfg.packing_check_against or ""  # set: the check that called this exists
         self.metrics.set_packing_check(v.model_version, {**v.figures(), against: v.against}, pick or against)
         if pick is not None and pick != POLICY:  # built and warmed here, not on the next request

@@ -578,3 +578,40 @@ def test_the_decider_checks_what_it_serves_with_the_search_on_in_the_child_too()
     want = simulated_allocations(cache.table, d.arrivals.pool(),
                                  lambda c: Lookahead(c, model.make_scheduler, args), 4)
     assert list(v.policy_runs) == pytest.approx(want)
+
+
+def test_a_verdict_on_a_model_replaced_meanwhile_exports_what_serves_the_current_one(monkeypatch, tmp_path):
+    """Model B is loaded while A's first simulation runs. When A's verdict lands (FGD proven), it is
+    what B is carried: FGD serves B, and that is what is exported for B (not A's figures under A's
+    version, which no longer serves)."""
+    release = scripted(monkeypatch, [([95.5] * 4, KUBE, [FGD]), ([95.5] * 4, KUBE, [FGD])])
+    path = tmp_path / "policy.pt"
+    shutil.copy(default_policy_path(LEARNED_ONLINE), path)
+    cache = ClusterCache.from_table(CLUSTER)
+    cfg = DeciderConfig(gate=None, budget_ms=60_000.0, packing_check="kube-default",
+                        packing_alternatives=("fgd",))
+    d = Decider(cache, ModelStore(str(path)), cfg)
+    check = d.packing_check
+    assert check is not None
+    check.use_child = False
+    check.min_pool = d.arrivals.min_pool = len(POOL)
+    names = list(CLUSTER.names)
+    for i in range(len(POOL)):
+        d.filter(pod_to_json(Pod.from_table(POOL, i), f"p-{i}", CLUSTER.models, uid=f"u-{i}"), names)
+    a = d.models.current
+    assert d.serving(a) == ("shadow", None) and check.running  # A's simulation, held
+    write_scaled(path, 0.5)
+    assert d.models.reload()[0]
+    b = d.models.current
+    assert d.serving(b) == ("shadow", None)  # nothing to carry yet
+    release.set()
+    check.wait(60)
+    release.clear()  # B's own simulation, started by the next question, is held
+    sample = d.metrics.registry.get_sample_value
+    assert sample("fedsched_packing_check_serving", {"model_version": b.version, "scheduler": "fgd"}) == 1
+    assert sample("fedsched_packing_check_allocation_percent",
+                  {"model_version": a.version, "scheduler": "policy"}) is None
+    mode, served = d.serving(b)
+    assert mode == "active" and served is not None and served.name == "fgd" and check.running
+    release.set()
+    check.wait(60)
