@@ -9,6 +9,7 @@ import dataclasses
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -425,6 +426,24 @@ def scripted(monkeypatch, figures: list) -> threading.Event:
     return release
 
 
+def reloadable_decider(tmp_path) -> tuple[Decider, Path]:
+    """A decider serving a copy of the online policy (rewritten to load a new model version), with
+    the packing check (FGD as the alternative) simulating in its own thread (where ``scripted``
+    reaches it), once every pod of ``POOL`` has been asked for, as it now has."""
+    path = tmp_path / "policy.pt"
+    shutil.copy(default_policy_path(LEARNED_ONLINE), path)
+    cfg = DeciderConfig(gate=None, budget_ms=60_000.0, packing_check="kube-default",
+                        packing_alternatives=("fgd",))
+    d = Decider(ClusterCache.from_table(CLUSTER), ModelStore(str(path)), cfg)
+    assert d.packing_check is not None
+    d.packing_check.use_child = False
+    d.packing_check.min_pool = d.arrivals.min_pool = len(POOL)
+    names = list(CLUSTER.names)
+    for i in range(len(POOL)):
+        d.filter(pod_to_json(Pod.from_table(POOL, i), f"p-{i}", CLUSTER.models, uid=f"u-{i}"), names)
+    return d, path
+
+
 def test_a_new_model_is_carried_the_latest_earlier_verdict_only_until_its_first_one(monkeypatch):
     """``carried``: while a model's first simulation is due or under way, the latest verdict of an
     earlier model; never for a model with a verdict of its own, one whose simulation failed or one
@@ -464,19 +483,9 @@ def test_after_a_reload_the_alternative_an_earlier_verdict_proved_serves_until_t
     fgd = FGD if fgd_proven else KUBE
     b_runs = [95.40, 95.38, 95.30, 95.32]  # above FGD's mean by 0.05, not proven; proven above KUBE
     release = scripted(monkeypatch, [([95.5] * 4, KUBE, [fgd]), (b_runs, KUBE, [fgd])])
-    path = tmp_path / "policy.pt"
-    shutil.copy(default_policy_path(LEARNED_ONLINE), path)
-    cache = ClusterCache.from_table(CLUSTER)
-    cfg = DeciderConfig(gate=None, budget_ms=60_000.0, packing_check="kube-default",
-                        packing_alternatives=("fgd",))
-    d = Decider(cache, ModelStore(str(path)), cfg)
-    check = d.packing_check
+    d, path = reloadable_decider(tmp_path)
+    check, cache, names = d.packing_check, d.cache, list(CLUSTER.names)
     assert check is not None
-    check.use_child = False
-    check.min_pool = d.arrivals.min_pool = len(POOL)
-    names = list(CLUSTER.names)
-    for i in range(len(POOL)):
-        d.filter(pod_to_json(Pod.from_table(POOL, i), f"p-{i}", CLUSTER.models, uid=f"u-{i}"), names)
     a = d.models.current
     assert d.serving(a) == ("shadow", None) and check.running  # nothing earlier to carry
     release.set()
@@ -585,19 +594,9 @@ def test_a_verdict_on_a_model_replaced_meanwhile_exports_what_serves_the_current
     what B is carried: FGD serves B, and that is what is exported for B (not A's figures under A's
     version, which no longer serves)."""
     release = scripted(monkeypatch, [([95.5] * 4, KUBE, [FGD]), ([95.5] * 4, KUBE, [FGD])])
-    path = tmp_path / "policy.pt"
-    shutil.copy(default_policy_path(LEARNED_ONLINE), path)
-    cache = ClusterCache.from_table(CLUSTER)
-    cfg = DeciderConfig(gate=None, budget_ms=60_000.0, packing_check="kube-default",
-                        packing_alternatives=("fgd",))
-    d = Decider(cache, ModelStore(str(path)), cfg)
+    d, path = reloadable_decider(tmp_path)
     check = d.packing_check
     assert check is not None
-    check.use_child = False
-    check.min_pool = d.arrivals.min_pool = len(POOL)
-    names = list(CLUSTER.names)
-    for i in range(len(POOL)):
-        d.filter(pod_to_json(Pod.from_table(POOL, i), f"p-{i}", CLUSTER.models, uid=f"u-{i}"), names)
     a = d.models.current
     assert d.serving(a) == ("shadow", None) and check.running  # A's simulation, held
     write_scaled(path, 0.5)
