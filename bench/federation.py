@@ -11,7 +11,9 @@ fleet's start) and the same member seeds, so two runs differ only by their condi
   ``clean-repeat`` (the same run again: the run-to-run floor of every "vs clean" figure);
 - ``poison-nan`` / ``poison-huge`` / ``poison-flip``: 20% of the members (partition
   :data:`POISONED`, one of five) send NaN, 10^4-times scaled or sign-flipped updates (the flip
-  with the hub's direction check off: undefended FedAvg);
+  with the hub's direction check off: undefended FedAvg); the scaled update under the run
+  config's ``norm-action`` (rescaled to the others' median norm and kept) and ``huge-reject``
+  with ``norm-action = "reject"`` (dropped from the round, the hub's earlier action);
   ``flip-fedtrimmedavg`` and ``flip-krum``: the sign flip under the Byzantine-robust strategies;
   ``flip-cosine``: the sign flip under FedAvg with the hub's direction check (``cosine-floor``
   :data:`COSINE_FLOOR`: an update pointing away from the median of the others is rejected);
@@ -462,6 +464,8 @@ def main() -> int:
         if "robust" not in skip:
             plan += [(f"poison-{k}", "fedavg", {"poison-members": POISONED, "poison-kind": k})
                      for k in ("nan", "huge")]
+            plan.append(("huge-reject", "fedavg",
+                         {"poison-members": POISONED, "poison-kind": "huge", "norm-action": "reject"}))
             # The flip undefended (no direction check), then under each defence.
             flip = {"poison-members": POISONED, "poison-kind": "flip", "cosine-floor": -1.0}
             inflate = {"poison-members": POISONED, "poison-kind": "inflate"}
@@ -576,6 +580,8 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
             # partition -> its update's cosine to the median of the others' updates
             row["cosines_per_round"] = [e.get("cosines", {}) for e in h]
             row["rejections"] = [{"round": e["round"], **r} for e in h for r in e["rejected"]]
+            row["rescaled_updates"] = [{"round": e["round"], "partition": pid, **c}
+                                       for e in h for pid, c in e.get("rescaled", {}).items()]
             row["clipped_weights"] = [{"round": e["round"], "partition": pid, **c}
                                       for e in h for pid, c in e.get("clipped", {}).items()]
             row["skipped_per_round"] = [len(e["skipped"]) for e in h]
@@ -682,6 +688,10 @@ def format_table(result: dict[str, Any]) -> str:
             reasons = sorted({x["reason"].split(":")[0] if "NaN" in x["reason"] else x["reason"][:40]
                               for x in r["rejections"]})
             lines.append(f"  {name}: rejected {len(r['rejections'])} updates ({'; '.join(reasons)})")
+        if r.get("rescaled_updates"):
+            lines.append(f"  {name}: rescaled {len(r['rescaled_updates'])} updates (" + "; ".join(
+                f"round {c['round']} partition {c['partition']}: norm {c['norm']:.3g} counted as "
+                f"{c['counted']:.3g}" for c in r["rescaled_updates"]) + ")")
         if r.get("clipped_weights"):
             lines.append(f"  {name}: clipped the weight of {len(r['clipped_weights'])} updates (" + "; ".join(
                 f"round {c['round']} partition {c['partition']}: claimed {c['claimed']:,.0f}, counted "

@@ -13,7 +13,8 @@
   aggregated arrays (and once before the first round with the initial ones); for each new
   round it evaluates the model, appends the round's entry to ``rounds.json`` (central
   metrics, the members' metrics by partition, rejected and skipped updates, each update's
-  cosine to the others' median and the weights the hub clipped (by partition: :func:`member_keys`),
+  norm and cosine to the others' median, the weights the hub clipped and the updates it rescaled
+  (by partition: :func:`member_keys`),
   the aggregated
   train metrics with bytes up/down, wall time) and then checkpoints the model
   (``global.npz`` with its round number, written atomically). On a resumed hub it keeps the
@@ -196,7 +197,8 @@ def member_keys(report: RoundReport) -> dict[int, str]:
     """The key of each node of the round in ``rounds.json``: the partition it reports, or its node
     id where the partition is missing, not a whole number (the member's own report: a NaN there
     must not stop the hub) or already another node's (one member cannot hide another's row)."""
-    nodes = set(report.members) | set(report.cosines) | set(report.clipped)
+    nodes = (set(report.members) | set(report.norms) | set(report.cosines) | set(report.clipped)
+             | set(report.rescaled))
     keys: dict[int, str] = {}
     for node in sorted(nodes):
         part = report.members.get(node, {}).get("partition")
@@ -232,11 +234,14 @@ class HubRecorder:
             entry["rejected"] = [asdict(r) for r in report.rejected]
             entry["skipped"] = list(report.skipped)
             key = member_keys(report)
+            entry["norms"] = {key[node]: n for node, n in report.norms.items()}
             entry["cosines"] = {key[node]: c for node, c in report.cosines.items()}
             entry["direction_checked"] = report.direction_checked
             entry["members"] = {key[node]: m for node, m in report.members.items()}
             entry["clipped"] = {key[node]: {"claimed": claimed, "counted": counted}
                                 for node, (claimed, counted) in report.clipped.items()}
+            entry["rescaled"] = {key[node]: {"norm": norm, "counted": counted}
+                                 for node, (norm, counted) in report.rescaled.items()}
             if report.train_metrics is not None:
                 entry["train"] = report.train_metrics
         entry["wall_s"] = round(time.time() - self.t0, 1)

@@ -7,7 +7,8 @@ passes none):
 ``num-server-rounds``, ``strategy`` (fedavg | fedprox | fedtrimmedavg | krum), ``proximal-mu``
 (FedProx), ``byzantine-fraction`` (the share of members the robust strategies allow for:
 FedTrimmedAvg trims it off each tail, Krum tolerates that share of ``min-nodes``),
-``fraction-train``, ``min-nodes``, ``norm-bound``, ``cosine-floor`` and ``weight-bound`` (update validation),
+``fraction-train``, ``min-nodes``, ``norm-bound``, ``norm-action``, ``cosine-floor`` and ``weight-bound``
+(update validation),
 ``mode`` (online: central trouble score on held-out replay clusters, in ``central-workers``
 processes; packing: GPU allocation on the ``eval-nodes`` held-out openb slice),
 ``download-codec`` (``int8-delta``: each member gets the global as an INT8 delta from what it
@@ -117,6 +118,7 @@ def main(grid: Grid, context: Context) -> None:
     min_nodes = int(context.run_config["min-nodes"])
     own = strategy_arguments(name, context.run_config)
     strategy = make_strategy(name, norm_bound=float(context.run_config["norm-bound"]), round_offset=done,
+                             norm_action=str(context.run_config["norm-action"]),
                              cosine_floor=float(context.run_config["cosine-floor"]),
                              weight_bound=float(context.run_config["weight-bound"]),
                              download_codec=str(context.run_config["download-codec"]),

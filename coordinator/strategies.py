@@ -9,7 +9,9 @@ aggregation:
 
 1. decodes each reply's arrays into a float32 delta;
 2. validates it: the same tensors, shapes and dtypes as the model, no NaN/Inf, a norm within
-   ``norm_bound`` x the median norm of the round's *other* updates and, with three or more
+   ``norm_bound`` x the median norm of the round's *other* updates (``norm_action``: an update
+   above it is ``"rescale"``-d to that median norm and kept, or ``"reject"``-ed; see
+   :meth:`QuantizedUpdates._over_norm_bound`) and, with three or more
    valid updates that share a direction (the median of their cosines above 0), a direction: its
    cosine similarity to the coordinate-wise median of the round's other updates must be at
    least ``cosine_floor`` (a sign-flipped update points away from the others; ``-1`` turns the
@@ -88,6 +90,7 @@ from fedsched.common.federation.codec import digest as weights_digest
 MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
 EvaluateFn = Callable[[int, ArrayRecord], MetricRecord | None]
 DOWNLOAD_CODECS = ("fp32", "int8-delta", "int8")
+NORM_ACTIONS = ("rescale", "reject")
 
 
 @dataclass(frozen=True)
@@ -106,11 +109,13 @@ class RoundReport:
     kept: list[int] = field(default_factory=list)  # nodes whose updates were aggregated
     rejected: list[Rejection] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)  # nodes that reported zero examples
+    norms: dict[int, float] = field(default_factory=dict)  # node -> its decoded update's L2 norm
     cosines: dict[int, float] = field(default_factory=dict)  # node -> cosine to the others' median update
     # whether the direction check applied: the round's updates shared a direction (None: no check,
     # fewer than three updates or cosine_floor -1)
     direction_checked: bool | None = None
     clipped: dict[int, tuple[float, float]] = field(default_factory=dict)  # node -> (weight claimed, counted)
+    rescaled: dict[int, tuple[float, float]] = field(default_factory=dict)  # node -> (norm sent, counted)
     members: dict[int, dict[str, float]] = field(default_factory=dict)  # node -> its reply's metrics
     train_metrics: dict[str, float] | None = None  # the parent's aggregate (None: nothing aggregated)
 
@@ -121,6 +126,7 @@ class StrategyArgs(TypedDict, total=False):
     and checks: :meth:`QuantizedUpdates.__init__`."""
 
     norm_bound: Required[float]  # a multiple of the round's median norm; inf turns the check off
+    norm_action: str  # above norm_bound: "rescale" to the others' median norm | "reject" (class default)
     cosine_floor: float  # least cosine to the others' median update; -1 (this class's default) turns it off
     weight_bound: float  # most a weight counts, x the others' median; inf (this class's default): no bound
     fraction_train: Required[float]
@@ -181,6 +187,7 @@ class QuantizedUpdates(FedAvg):
 
     def __init__(self, *, norm_bound: float, fraction_train: float, min_train_nodes: int,
                  min_available_nodes: int, round_offset: int = 0, download_codec: str = "fp32",
+                 norm_action: str = "reject",
                  cosine_floor: float = -1.0, weight_bound: float = math.inf,
                  fraction_evaluate: float = 1.0,
                  min_evaluate_nodes: int = 2, weighted_by_key: str = "num-examples",
@@ -192,6 +199,8 @@ class QuantizedUpdates(FedAvg):
         if not norm_bound > 0:  # also rejects NaN; inf turns the norm check off
             raise ValueError(f"norm_bound must be > 0 (a multiple of the round's median norm), "
                              f"got {norm_bound}")
+        if norm_action not in NORM_ACTIONS:
+            raise ValueError(f"unknown norm_action {norm_action!r}: expected {', '.join(NORM_ACTIONS)}")
         _check_count("round_offset", round_offset)
         if not weight_bound > 0:  # also rejects NaN; inf turns the bound off
             raise ValueError(f"weight_bound must be > 0 (a multiple of the round's median weight), "
@@ -213,6 +222,7 @@ class QuantizedUpdates(FedAvg):
         _check_count("min_evaluate_nodes", self.min_evaluate_nodes)
         _check_count("min_available_nodes", self.min_available_nodes)
         self.norm_bound = float(norm_bound)
+        self.norm_action = norm_action
         self.cosine_floor = float(cosine_floor)
         self.weight_bound = float(weight_bound)
         self.round_offset = round_offset
@@ -227,7 +237,8 @@ class QuantizedUpdates(FedAvg):
     def summary(self) -> None:
         """Log summary configuration of the strategy."""
         log(INFO, "\t├──> Quantized updates (INT8 deltas, validated before aggregation):")
-        log(INFO, "\t│\t├── Norm bound: %s x the median norm of the round's other updates", self.norm_bound)
+        log(INFO, "\t│\t├── Norm bound: %s x the median norm of the round's other updates (above: %s)",
+            self.norm_bound, self.norm_action)
         log(INFO, "\t│\t├── Cosine floor: %s to the median of the round's other updates (-1: off)",
             self.cosine_floor)
         log(INFO, "\t│\t├── Weight bound: %s x the median %s of the round's other updates (inf: off)",
@@ -375,8 +386,11 @@ class QuantizedUpdates(FedAvg):
                 self._reject(report, node, reason)
                 continue
             decoded.append((msg, delta, metrics))
-        norms = np.array([math.sqrt(sum(float((d * d).sum()) for d in delta.values()))
+        # float64: a float32 square of a value above ~1.8e19 is inf (a rescaled update is divided by its norm)
+        norms = np.array([math.sqrt(sum(float(np.square(d, dtype=np.float64).sum()) for d in delta.values()))
                           for _, delta, _ in decoded])
+        report.norms = {int(msg.metadata.src_node_id): float(n)
+                        for (msg, _, _), n in zip(decoded, norms, strict=True)}
         weights = np.array([float(metrics[self.weighted_by_key]) for _, _, metrics in decoded])
         cosines = self._cosines([delta for _, delta, _ in decoded])
         report.cosines = {int(msg.metadata.src_node_id): c
@@ -389,9 +403,10 @@ class QuantizedUpdates(FedAvg):
             others = np.delete(norms, i)
             bound = self.norm_bound * max(float(np.median(others)), 1e-12) if len(others) else np.inf
             if norms[i] > bound:
-                self._reject(report, int(msg.metadata.src_node_id),
-                             f"update norm {norms[i]:.3g} above {self.norm_bound:g} x the round's median")
-                continue
+                delta = self._over_norm_bound(report, int(msg.metadata.src_node_id), delta, float(norms[i]),
+                                              float(np.median(others)))
+                if delta is None:
+                    continue
             if check_direction and cosines[i] is not None and cosines[i] < self.cosine_floor:
                 self._reject(report, int(msg.metadata.src_node_id),
                              f"update direction: cosine {cosines[i]:.3g} to the median of the round's other "
@@ -419,6 +434,29 @@ class QuantizedUpdates(FedAvg):
         if metrics_out is not None:
             report.train_metrics = {k: float(v) for k, v in metrics_out.items()}  # type: ignore[arg-type]
         return arrays_out, metrics_out
+
+    def _over_norm_bound(self, report: RoundReport, node: int, delta: dict[str, np.ndarray], norm: float,
+                         median: float) -> dict[str, np.ndarray] | None:
+        """What counts of an update whose norm is above the bound: with ``"reject"`` nothing (logged
+        and reported); with ``"rescale"`` the update scaled down to ``median``, the median norm of
+        the round's other updates (logged and reported in :attr:`RoundReport.rescaled`).
+
+        Why rescale: a norm far above the others' carries no trustworthy magnitude, but the
+        direction may be a member's honest learning sent with a scale bug, a wrong step size, or
+        boosted by an attacker. Kept at a typical member's norm it moves the global no further than
+        any update the bound lets through unchanged (up to ``norm_bound`` x that median, in any
+        direction), so an attacker gains nothing over staying under the bound, while an honest
+        member's round still counts (rejecting it drops that member's data from the round)."""
+        if self.norm_action == "reject":
+            self._reject(report, node,
+                         f"update norm {norm:.3g} above {self.norm_bound:g} x the round's median")
+            return None
+        scale = np.float32(median / norm)
+        log(WARNING, "round %s: the update of node %s counts with norm %.3g, not the %.3g it sent "
+            "(above %g x the round's median: rescaled to the median of the round's other updates)",
+            report.server_round, node, median, norm, self.norm_bound)
+        report.rescaled[node] = (norm, median)
+        return {k: (v * scale).astype(np.float32) for k, v in delta.items()}
 
     def _clipped_weight(self, report: RoundReport, node: int, weights: np.ndarray, i: int) -> float | None:
         """The weight update ``i`` counts with when its claim is above ``weight_bound`` x the median

@@ -1,6 +1,6 @@
 """The hub's round history (``rounds.json``) under members' own reports: a member's made-up
 partition (NaN, a fraction, another member's) neither stops the hub nor hides another member's
-row, and the weights the hub clipped are recorded."""
+row, and the weights the hub clipped, the updates it rescaled and every update's norm are recorded."""
 
 from __future__ import annotations
 
@@ -42,16 +42,16 @@ class ThreeNodes:
         return [11, 12, 13]
 
 
-def test_a_made_up_partition_and_weight_are_recorded_and_the_hub_goes_on(tmp_path):
+def test_a_made_up_partition_weight_and_norm_are_recorded_and_the_hub_goes_on(tmp_path):
     s = make_strategy("fedavg", norm_bound=5.0, fraction_train=1.0, min_train_nodes=3, min_available_nodes=3,
-                      weight_bound=10.0)
+                      weight_bound=10.0, norm_action="rescale")
     global_w = {"w": np.zeros((2, 3), np.float32)}
     msgs = list(s.configure_train(1, ArrayRecord({k: Array(v) for k, v in global_w.items()}),
                                   ConfigRecord({}), ThreeNodes()))
-    claims = [(10.0, 0.0), (10.0, 1.0), (1e9, math.nan)]  # (num-examples, partition)
+    claims = [(10.0, 0.0, 0.1), (10.0, 1.0, 0.1), (1e9, math.nan, 1e3)]  # (num-examples, partition, update)
     replies = []
-    for m, (n, part) in zip(msgs, claims, strict=True):
-        enc = encode_int8({"w": np.full((2, 3), 0.1, np.float32)})
+    for m, (n, part, value) in zip(msgs, claims, strict=True):
+        enc = encode_int8({"w": np.full((2, 3), value, np.float32)})
         content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in enc.items()}),
                               "metrics": MetricRecord({"num-examples": n, "partition": part})})
         replies.append(Message(content, reply_to=m))
@@ -62,3 +62,6 @@ def test_a_made_up_partition_and_weight_are_recorded_and_the_hub_goes_on(tmp_pat
     liar = str(int(msgs[2].metadata.dst_node_id))
     assert sorted(entry["members"]) == sorted(["0", "1", liar])
     assert entry["clipped"] == {liar: {"claimed": 1e9, "counted": 100.0}}
+    honest = 0.1 * math.sqrt(6)
+    assert entry["norms"] == pytest.approx({"0": honest, "1": honest, liar: 1e4 * honest}, rel=1e-3)
+    assert entry["rescaled"] == {liar: pytest.approx({"norm": 1e4 * honest, "counted": honest}, rel=1e-3)}

@@ -114,6 +114,47 @@ def test_bad_updates_are_rejected_with_node_and_reason_and_the_round_goes_on():
     np.testing.assert_allclose(arrays["w"].numpy(), GLOBAL["w"] + good["w"], atol=0.1 / 127 * 4)
 
 
+def _norm(d: dict) -> float:
+    return math.sqrt(sum(float(np.square(v, dtype=np.float64).sum()) for v in d.values()))
+
+
+@pytest.mark.parametrize("factor", [10.0, 1e4, 1e30])
+def test_an_update_above_the_norm_bound_is_rescaled_to_the_others_median_norm_and_kept(factor):
+    """``norm_action="rescale"``: the over-bound update counts in its own direction at the median
+    norm of the round's other updates (reported with both norms); the others count as sent. 1e30
+    times: its float32 squares overflow, so the norm is taken in float64 (a norm of inf made
+    the update zero)."""
+    s = strategy("fedavg", norm_action="rescale")
+    msgs = send(s)
+    node = [m.metadata.dst_node_id for m in msgs]
+    good, other, honest = deltas(0), deltas(3, scale=0.2), deltas(2)
+    boosted = {k: v * np.float32(factor) for k, v in honest.items()}
+    arrays, _ = s.aggregate_train(1, [reply(msgs[0], good, 10), reply(msgs[1], boosted, 10),
+                                      reply(msgs[2], other, 10)])
+    report = s.reports[1]
+    assert report.rejected == [] and sorted(report.kept) == sorted(node)
+    median = float(np.median([report.norms[node[0]], report.norms[node[2]]]))
+    sent, counted = report.rescaled[node[1]]
+    assert sent == pytest.approx(_norm(boosted), rel=0.02) and counted == pytest.approx(median)
+    assert set(report.rescaled) == {node[1]}
+    scaled = {k: v * (median / _norm(honest)) for k, v in honest.items()}
+    for k in GLOBAL:
+        expected = GLOBAL[k] + (good[k] + scaled[k] + other[k]) / 3
+        np.testing.assert_allclose(arrays[k].numpy(), expected, atol=0.01)
+
+
+@pytest.mark.parametrize(("action", "kept"), [("rescale", 3), ("reject", 2)])
+def test_the_norm_action_decides_whether_an_over_bound_update_counts(action, kept):
+    s = strategy("fedavg", norm_action=action)
+    msgs = send(s)
+    huge = {k: v * np.float32(1e4) for k, v in deltas(2).items()}
+    s.aggregate_train(1, [reply(msgs[0], deltas(0), 10), reply(msgs[1], huge, 10),
+                          reply(msgs[2], deltas(3), 10)])
+    report = s.reports[1]
+    assert len(report.kept) == kept and len(report.rescaled) == kept - 2 and len(report.rejected) == 3 - kept
+    assert set(report.norms) == {m.metadata.dst_node_id for m in msgs}  # every decoded update's norm
+
+
 class FiveNodes:
     def get_node_ids(self):
         return [11, 12, 13, 14, 15]
@@ -308,6 +349,7 @@ def test_each_name_is_an_explicit_subclass_of_flowers_strategy():
 @pytest.mark.parametrize(("name", "kwargs", "message"), [
     ("fedavg", {"norm_bound": 0.0}, "norm_bound"),
     ("fedavg", {"norm_bound": math.nan}, "norm_bound"),
+    ("fedavg", {"norm_action": "clip"}, "norm_action"),
     ("fedavg", {"round_offset": -1}, "round_offset"),
     ("fedavg", {"cosine_floor": 1.5}, "cosine_floor"),
     ("fedavg", {"cosine_floor": math.nan}, "cosine_floor"),
