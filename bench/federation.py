@@ -8,7 +8,9 @@ start (the seeded random model; ``--init shipped``: the shipped online policy, t
 fleet's start) and the same member seeds, so two runs differ only by their condition:
 
 - ``clean`` (FedAvg, INT8 uploads, INT8-delta downloads: the run config's defaults) and
-  ``clean-repeat`` (the same run again: the run-to-run floor of every "vs clean" figure);
+  ``clean-repeat`` (the same run again: the run-to-run floor of every "vs clean" figure; the
+  runs are deterministic, so it is 0) and ``clean-seed2`` (another ``training-seed``: another
+  training of the same configuration, how far apart two equally clean trainings land);
 - ``poison-nan`` / ``poison-huge`` / ``poison-flip``: 20% of the members (partition
   :data:`POISONED`, one of five) send NaN, 10^4-times scaled or sign-flipped updates (the flip
   with the hub's direction check off: undefended FedAvg); the scaled update under the run
@@ -460,7 +462,7 @@ def main() -> int:
     if "main" not in skip:
         plan: list[tuple[str, str, dict]] = [("clean", "fedavg", {})]
         if "repeat" not in skip and not args.quick:
-            plan.append(("clean-repeat", "fedavg", {}))
+            plan += [("clean-repeat", "fedavg", {}), ("clean-seed2", "fedavg", {"training-seed": 2})]
         if "robust" not in skip:
             plan += [(f"poison-{k}", "fedavg", {"poison-members": POISONED, "poison-kind": k})
                      for k in ("nan", "huge")]
@@ -559,6 +561,7 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
         row: dict[str, Any] = {
             "finite": bool(all(np.isfinite(v).all() for v in w.values())),
             "param_distance_from_init": distance(w, init),
+            "param_distance_from_clean": distance(w, finals["clean"]),
             "decisions_changed_vs_init": float((picks[name] != picks[start]).mean()),
             "decisions_changed_vs_clean": float((picks[name] != picks["clean"]).mean()),
             "agrees_with_kube_default": float((picks[name] == kube).mean()),
@@ -613,6 +616,10 @@ def analyse(out: Path, cfg: FederateConfig, runs: dict[str, dict], probes_per_me
                 "central_int8_delta_minus_fp32_down": central_paired(clean_c, central(hist["fp32-down"])),
                 "decisions_differ": float((picks["clean"] != picks["fp32-down"]).mean()),
                 "param_distance_between": distance(finals["clean"], finals["fp32-down"])}
+    if "poison-huge" in runs and "huge-reject" in runs:  # the scaled update rescaled (run config) or dropped
+        result["rescale_vs_reject"] = {
+            "test_rescale_minus_reject": paired(evals, "poison-huge", "huge-reject"),
+            "decisions_differ": float((picks["poison-huge"] != picks["huge-reject"]).mean())}
     prox = {"fedprox": cfg.proximal_mu, f"fedprox-mu{STRONG_MU:g}": STRONG_MU}
     result["fedprox_vs_fedavg"] = {name: {
         "proximal_mu": mu, "test_fedprox_minus_fedavg": paired(evals, name, "clean"),
@@ -650,14 +657,16 @@ def format_table(result: dict[str, Any]) -> str:
              f"({result['probes']['mean_candidates']:.1f} candidates on average); trouble scores: lower is "
              f"better, mean ± 95% CI; 'vs clean': paired differences (test: members x seeds; central: "
              f"held-out clusters); within 5%: CI inside ±{BAND:.3f}"]
-    head = ["run", "rej/round", "chg vs init", "chg vs clean", "|dW|", "central", "central - clean",
-            "test", "test - clean", "within 5%", "hot/clean", "wall s"]
+    head = ["run", "rej/round", "chg vs init", "chg vs clean", "|dW|", "|W-clean|", "central",
+            "central - clean", "test", "test - clean", "within 5%", "hot/clean", "wall s"]
     rows = []
     for name, r in rep.items():
         tv = r.get("test_vs_clean")
         rows.append([name, ",".join(map(str, r.get("rejected_per_round", []))) or "-",
                      f"{r['decisions_changed_vs_init']:.1%}", f"{r['decisions_changed_vs_clean']:.1%}",
-                     f"{r['param_distance_from_init']:.2f}", _pm(r["central_final"]),
+                     f"{r['param_distance_from_init']:.2f}",
+                     f"{r.get('param_distance_from_clean', math.nan):.2f}",
+                     _pm(r["central_final"]),
                      _pm(r.get("central_vs_clean")),
                      _pm(r["test_trouble"]), _pm(tv),
                      ("yes" if tv["within_5pct"] else "no") + f" ({tv['verdict']})" if tv else "-",
@@ -678,6 +687,12 @@ def format_table(result: dict[str, Any]) -> str:
         if lowest:
             lines.append(f"  {name}: " + ", ".join(f"{pid}: {c:+.2f}" for pid, c in sorted(lowest.items())))
     c = rep["clean"]
+    if "rescale_vs_reject" in result:
+        rr = result["rescale_vs_reject"]
+        test = rr["test_rescale_minus_reject"]
+        lines.append(f"\nthe scaled update rescaled (poison-huge) against dropped (huge-reject): test "
+                     f"{_pm(test)} ({test['verdict']}); "
+                     f"{rr['decisions_differ']:.1%} of probe decisions differ")
     lines.append(f"\nclean vs {result['config'].get('init', 'random')} start: test "
                  f"{_pm(c['test_vs_start'])} "
                  f"({c['test_vs_start']['verdict']}), central {_pm(c['central_vs_start'])}; "
