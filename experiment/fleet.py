@@ -466,7 +466,8 @@ def federate(members: list[Member], hub: Hub, works: list[Workload], rounds: int
 
 def round_line(rec: dict) -> str:
     """One line of a hub round record: each member's examples, bytes up (INT8 vs fp32) and
-    down, and the hub's central trouble score."""
+    down, the hub's central trouble score and what its validation did to updates (rejected,
+    rescaled to the others' median norm, weights clipped)."""
     parts = [f"round {rec.get('round')}:"]
     for pid, m in sorted((rec.get("members") or {}).items()):
         parts.append(f"member {pid} learned from {m.get('num-examples', 0):.0f} decisions, sent "
@@ -477,6 +478,10 @@ def round_line(rec: dict) -> str:
         parts.append(f"hub's central trouble score {central['trouble_score']:+.3f}")
     if rec.get("rejected"):
         parts.append(f"rejected {rec['rejected']}")
+    for pid, r in sorted((rec.get("rescaled") or {}).items()):
+        parts.append(f"member {pid}'s update rescaled from norm {r['norm']:.3g} to {r['counted']:.3g};")
+    for pid, c in sorted((rec.get("clipped") or {}).items()):
+        parts.append(f"member {pid}'s weight clipped from {c['claimed']:,.0f} to {c['counted']:,.0f};")
     return " ".join(parts)
 
 

@@ -205,3 +205,18 @@ def test_a_stopped_fleet_leaves_no_service_running(tmp_path, sig, status, repeat
     while _processes_naming(str(out)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _processes_naming(str(out)) == []
+
+
+def test_a_hub_round_line_says_what_validation_did_to_each_update() -> None:
+    rec = {"round": 3, "members": {"0": {"num-examples": 300, "bytes-up": 31034, "bytes-up-fp32": 123912,
+                                         "bytes-down": 1000}},
+           "central": {"trouble_score": -0.1},
+           "rejected": [{"node": 7, "reason": "update direction: cosine -0.4"}],
+           "rescaled": {"1": {"norm": 1336.7, "counted": 0.119}},
+           "clipped": {"2": {"claimed": 3e8, "counted": 600.0}}}
+    line = fleet.round_line(rec)
+    assert line.startswith("round 3: member 0 learned from 300 decisions")
+    assert "rejected [{'node': 7, 'reason': 'update direction: cosine -0.4'}]" in line
+    assert "member 1's update rescaled from norm 1.34e+03 to 0.119;" in line
+    assert "member 2's weight clipped from 300,000,000 to 600;" in line
+    assert "rescaled" not in fleet.round_line({"round": 1})  # a round without validation actions
