@@ -403,8 +403,10 @@ class QuantizedUpdates(FedAvg):
             others = np.delete(norms, i)
             bound = self.norm_bound * max(float(np.median(others)), 1e-12) if len(others) else np.inf
             if norms[i] > bound:
+                # never above the bound: with norm_bound < 1 the median is above it (the update would grow)
+                target = min(float(np.median(others)), bound)
                 delta = self._over_norm_bound(report, int(msg.metadata.src_node_id), delta, float(norms[i]),
-                                              float(np.median(others)))
+                                              target)
                 if delta is None:
                     continue
             if check_direction and cosines[i] is not None and cosines[i] < self.cosine_floor:
@@ -436,10 +438,11 @@ class QuantizedUpdates(FedAvg):
         return arrays_out, metrics_out
 
     def _over_norm_bound(self, report: RoundReport, node: int, delta: dict[str, np.ndarray], norm: float,
-                         median: float) -> dict[str, np.ndarray] | None:
+                         target: float) -> dict[str, np.ndarray] | None:
         """What counts of an update whose norm is above the bound: with ``"reject"`` nothing (logged
-        and reported); with ``"rescale"`` the update scaled down to ``median``, the median norm of
-        the round's other updates (logged and reported in :attr:`RoundReport.rescaled`).
+        and reported); with ``"rescale"`` the update scaled down to norm ``target``, the median norm
+        of the round's other updates (the bound itself where ``norm_bound`` < 1 puts it below that
+        median), logged and reported in :attr:`RoundReport.rescaled`.
 
         Why rescale: a norm far above the others' carries no trustworthy magnitude, but the
         direction may be a member's honest learning sent with a scale bug, a wrong step size, or
@@ -451,11 +454,11 @@ class QuantizedUpdates(FedAvg):
             self._reject(report, node,
                          f"update norm {norm:.3g} above {self.norm_bound:g} x the round's median")
             return None
-        scale = np.float32(median / norm)
+        scale = np.float32(target / norm)
         log(WARNING, "round %s: the update of node %s counts with norm %.3g, not the %.3g it sent "
             "(above %g x the round's median: rescaled to the median of the round's other updates)",
-            report.server_round, node, median, norm, self.norm_bound)
-        report.rescaled[node] = (norm, median)
+            report.server_round, node, target, norm, self.norm_bound)
+        report.rescaled[node] = (norm, target)
         return {k: (v * scale).astype(np.float32) for k, v in delta.items()}
 
     def _clipped_weight(self, report: RoundReport, node: int, weights: np.ndarray, i: int) -> float | None:

@@ -143,6 +143,18 @@ def test_an_update_above_the_norm_bound_is_rescaled_to_the_others_median_norm_an
         np.testing.assert_allclose(arrays[k].numpy(), expected, atol=0.01)
 
 
+def test_with_a_norm_bound_below_1_an_update_is_rescaled_down_to_the_bound_never_up():
+    s = strategy("fedavg", norm_action="rescale", norm_bound=0.5)
+    msgs = send(s)
+    node = [m.metadata.dst_node_id for m in msgs]
+    ds = [deltas(0), deltas(1, scale=0.08), deltas(2)]  # the second is above 0.5 x the others' median
+    s.aggregate_train(1, [reply(m, d, 10) for m, d in zip(msgs, ds, strict=True)])
+    report = s.reports[1]
+    sent, counted = report.rescaled[node[1]]
+    others = float(np.median([report.norms[node[0]], report.norms[node[2]]]))
+    assert counted == pytest.approx(0.5 * others) and counted < sent < others
+
+
 @pytest.mark.parametrize(("action", "kept"), [("rescale", 3), ("reject", 2)])
 def test_the_norm_action_decides_whether_an_over_bound_update_counts(action, kept):
     s = strategy("fedavg", norm_action=action)
