@@ -401,12 +401,12 @@ class QuantizedUpdates(FedAvg):
             # Leave-one-out median: one huge update cannot raise its own bar (with two
             # members the plain median would be halfway to it).
             others = np.delete(norms, i)
-            bound = self.norm_bound * max(float(np.median(others)), 1e-12) if len(others) else np.inf
+            median = float(np.median(others)) if len(others) else math.inf
+            bound = self.norm_bound * max(median, 1e-12)
             if norms[i] > bound:
                 # never above the bound: with norm_bound < 1 the median is above it (the update would grow)
-                target = min(float(np.median(others)), bound)
                 delta = self._over_norm_bound(report, int(msg.metadata.src_node_id), delta, float(norms[i]),
-                                              target)
+                                              min(median, bound))
                 if delta is None:
                     continue
             if check_direction and cosines[i] is not None and cosines[i] < self.cosine_floor:
