@@ -91,7 +91,8 @@ LEARNED_POLICIES = [LEARNED, LEARNED_TD3, LEARNED_ONLINE]
 POLICIES = [*HEURISTICS, "prefer-hot", ORACLE, *LEARNED_POLICIES]
 assert all(p in BASELINES for p in HEURISTICS)
 # Rows of the table: the online metrics, then pending and failures, then the legacy counters.
-ROWS = [*LOAD_METRICS, "failed_pods", "pending_p99_s", "util_mean", *LEGACY_COUNTERS]
+ROWS = [*LOAD_METRICS, "failed_pods", "failed_cpu_cores", "failed_gpus", "pending_p99_s", "util_mean",
+        *LEGACY_COUNTERS]
 
 
 def describe(sc: Scenario, spec: EvalSpec, quick: bool) -> dict[str, Any]:
@@ -267,6 +268,9 @@ def paired_table(res: dict[str, Any]) -> str:
 GOAL_MARGIN = 0.10  # trouble score below the best heuristic's, interval clear
 GOAL_HOT_RATIO = 0.8  # hot CPU node-time against the best heuristic's
 GUARDRAILS = ("oom_kills_per_1k_starts", "throttled_cpu_core_s", "failed_pods", "pending_p99_s")
+FAILED_REQUESTS = ("failed_cpu_cores", "failed_gpus")
+"""Printed beside the failed-pods guardrail, not part of it: what the failed pods requested (a
+count rewards starving large pods, :data:`fedsched.common.model.metrics.METRICS`)."""
 
 
 def best_heuristic(res: dict[str, Any]) -> str:
@@ -284,7 +288,8 @@ def learning_goals(res: dict[str, Any]) -> dict[str, Any]:
     interval's upper end below it), its hot CPU node-time ratio ``exp(mean log ratio)`` (goal:
     at most ``GOAL_HOT_RATIO``, the interval's upper end too), and the guardrails against
     kube-default (no metric of ``GUARDRAILS`` significantly worse: OOM kills, throttling and
-    failed pods in log ratio, pending p99 as a difference)."""
+    failed pods in log ratio, pending p99 as a difference), with what the failed pods requested
+    beside their count (``failed_requests``: the paired difference from kube-default)."""
     runs, paired = res.get("runs", {}), res.get("paired", {})
     if not paired or "reference" not in res:
         return {}
@@ -309,6 +314,8 @@ def learning_goals(res: dict[str, Any]) -> dict[str, Any]:
             "hot_ratio_interval": [math.exp(hot["mean"] - hot["ci95"]), math.exp(hot["mean"] + hot["ci95"])],
             "hot_goal_met": bool(hot["n"] >= 2 and math.exp(hot["mean"] + hot["ci95"]) <= GOAL_HOT_RATIO),
             "guardrails_worse": worse,
+            "failed_requests": {m: {k: kd["diff"][m][k] for k in ("mean", "ci95", "n", "verdict")}
+                                for m in FAILED_REQUESTS if m in kd.get("diff", {})},
         }
     return out
 
@@ -326,7 +333,9 @@ def goals_table(goals: dict[str, Any]) -> str:
         lines.append(f"  {p}: trouble {t['mean']:+.3f} ± {t['ci95']:.3f} "
                      f"({'met' if g['trouble_goal_met'] else 'missed'}); "
                      f"hot CPU x{g['hot_ratio_vs_best']:.2f} [{lo:.2f}, {hi:.2f}] "
-                     f"({'met' if g['hot_goal_met'] else 'missed'}); guardrails {rails}")
+                     f"({'met' if g['hot_goal_met'] else 'missed'}); guardrails {rails}"
+                     + "".join(f"; {m} {f['mean']:+.1f} ± {f['ci95']:.1f} ({f['verdict']})"
+                               for m, f in g.get("failed_requests", {}).items() if f["mean"] or f["ci95"]))
     return "\n".join(lines)
 
 

@@ -11,6 +11,10 @@ Per run, as a flat ``dict[str, float]`` (names in :data:`METRICS`):
 - ``frag_ratio``: ``1 - min(a_cpu, a_mem) / max(a_cpu, a_mem)`` of the cluster's free shares, %.
 - ``failed_pods``, ``pending_pods`` (still waiting at the end), ``pending_mean_s`` and
   ``pending_p99_s`` (arrival to bind, seconds of simulated time).
+- ``failed_cpu_cores`` and ``failed_gpus``: what the failed pods requested (cores, GPUs), beside
+  their count (:func:`failed_requests`). In an overloaded cluster which pods fail is a zero-sum
+  choice among sizes: a scheduler that lets a 3-core pod in where three 1-core pods would have
+  fitted fails more pods and no more work, so the count alone rewards starving large pods.
 - ``util_mean`` and ``util_variance``: mean and variance over nodes of real CPU
   utilisation (% of capacity); time-averaged in replay, at the end in packing (where
   real use equals requests).
@@ -32,15 +36,15 @@ import math
 
 import numpy as np
 
-from fedsched.common.model.cluster import ClusterState
+from fedsched.common.model.cluster import MILLI_PER_GPU, ClusterState, PodTable
 from fedsched.common.model.fragmentation import FragmentationModel, TypicalPods, fragmentation_ratio
 from fedsched.common.model.load_metrics import LOAD_METRICS
 
 METRICS = (
     "alloc_gpu", "alloc_cpu", "alloc_mem", "gpu_alloc_at_100", "gpu_alloc_at_target",
     "gpu_frag_rate", "gpu_frag_amount", "gpu_frag_rate_at_90", "frag_ratio", "failed_pods",
-    "pending_pods", "pending_mean_s", "pending_p99_s", "util_mean", "util_variance",
-    "overload_events", "oom_events", "offered_load_pct", *LOAD_METRICS,
+    "failed_cpu_cores", "failed_gpus", "pending_pods", "pending_mean_s", "pending_p99_s", "util_mean",
+    "util_variance", "overload_events", "oom_events", "offered_load_pct", *LOAD_METRICS,
 )
 LEGACY_COUNTERS = ("overload_events", "oom_events")  # reported, not headlined
 
@@ -147,6 +151,13 @@ def latency_stats(latencies: list[float] | np.ndarray) -> tuple[float, float]:
     if len(a) == 0:
         return 0.0, 0.0
     return float(a.mean()), float(np.percentile(a, 99))
+
+
+def failed_requests(pods: PodTable, failed: np.ndarray) -> dict[str, float]:
+    """``failed_cpu_cores`` and ``failed_gpus``: the CPU (cores) and GPUs (a shared GPU's share
+    counts as its fraction) the pods at rows ``failed`` (indices or a boolean mask) requested."""
+    return {"failed_cpu_cores": float(pods.cpu[failed].sum()) / 1000.0,
+            "failed_gpus": float(pods.gpu_request[failed].sum()) / MILLI_PER_GPU}
 
 
 def mean_ci95(values: list[float] | np.ndarray) -> tuple[float, float]:

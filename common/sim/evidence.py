@@ -53,10 +53,11 @@ PROFILE_SCENARIO = {"web": "web", "gpu": "gpu", "edge": "edge"}
 """The scenario whose parameters a profile's validation cluster takes."""
 assert set(PROFILE_SCENARIO) == set(PROFILES)
 KEPT_DIFFS = ("hot_cpu_node_s", "throttled_cpu_core_s", "oom_kills_per_1k_starts", "failed_pods",
-              "pending_p99_s", "pending_sla_misses", "contended_pod_share", "alloc_gpu",
-              "gpu_frag_amount_avg", "stranded_cpu_avg", "util_mean")
-"""The metrics whose plain differences the evidence keeps (the guardrails and the objectives an
-operator may choose); the trouble metrics' log ratios are always kept."""
+              "failed_cpu_cores", "failed_gpus", "pending_p99_s", "pending_sla_misses", "contended_pod_share",
+              "alloc_gpu", "gpu_frag_amount_avg", "stranded_cpu_avg", "util_mean")
+"""The metrics whose plain differences the evidence keeps (the guardrails, what the failed pods
+requested beside their count, and the objectives an operator may choose); the trouble metrics' log
+ratios are always kept."""
 
 
 def paired_entry(spec: EvalSpec, policy: str, jobs: int | None = None,

@@ -30,7 +30,13 @@ import numpy as np
 from fedsched.common.model.cluster import MILLI_PER_GPU, USE_REQUESTS, ClusterState, NodeTable, Pod, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.load_metrics import LOAD_METRICS
-from fedsched.common.model.metrics import FragTracker, binned_curve, snapshot_metrics, utilisation
+from fedsched.common.model.metrics import (
+    FragTracker,
+    binned_curve,
+    failed_requests,
+    snapshot_metrics,
+    utilisation,
+)
 from fedsched.common.schedulers import Placement, Scheduler, place
 
 CURVE_X = np.arange(0, 131)
@@ -272,6 +278,7 @@ class PackingSimulator:
         m["gpu_frag_rate_at_90"] = float(binned_curve(arrived, frag_rate, np.array([90.0]))[0])
         u = utilisation(self.state)
         nan = float("nan")  # packing has no queue and no usage model: not applicable
+        m.update(failed_requests(self.pool, self.order[:k][res.placements < 0]))
         m.update(failed_pods=float((res.placements < 0).sum()), pending_pods=nan, pending_mean_s=nan,
                  pending_p99_s=nan, util_mean=float(u.mean()), util_variance=float(u.var()),
                  overload_events=nan, oom_events=nan,

@@ -70,7 +70,14 @@ from fedsched.common.learning.features import Telemetry
 from fedsched.common.model.cluster import USE_MEASURED, ClusterState, NodeTable, Pod, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.load_metrics import LoadMetrics, LoadMetricsConfig, UsageWindow, oom_and_pending
-from fedsched.common.model.metrics import METRICS, FragTracker, latency_stats, snapshot_metrics, utilisation
+from fedsched.common.model.metrics import (
+    METRICS,
+    FragTracker,
+    failed_requests,
+    latency_stats,
+    snapshot_metrics,
+    utilisation,
+)
 from fedsched.common.schedulers import Placement, Scheduler, place
 from fedsched.common.sim.replay.churn import NodeChurn
 from fedsched.common.sim.replay.config import (
@@ -617,6 +624,7 @@ class ReplaySimulator:
                  util_variance=float(np.mean(self._util_var)) if self._util_var else math.nan,
                  overload_events=float(self.counters["overload_events"]),
                  oom_events=float(self.counters["oom_events"]))
+        m.update(failed_requests(self.pods, np.asarray(self.status) == FAILED))
         m.update(self.load_metrics.result())
         waiting = np.array([self.now - self._enq[p] for p in self._pending])
         m.update(oom_and_pending(self.counters["starts"], self.counters["oom_events"],

@@ -28,7 +28,7 @@ def _runs(factors: dict[str, dict[str, float]], seeds: int = 8) -> dict:
     a per-seed common level (paired seeds share it) and a little noise."""
     rng = np.random.default_rng(3)
     base = {"hot_cpu_node_s": 100_000.0, "throttled_cpu_core_s": 50_000.0, "oom_kills_per_1k_starts": 4.0,
-            "failed_pods": 200.0, "pending_p99_s": 100.0}
+            "failed_pods": 200.0, "failed_cpu_cores": 300.0, "failed_gpus": 0.0, "pending_p99_s": 100.0}
     levels = rng.uniform(0.5, 2.0, seeds)
     runs: dict = {}
     for p, f in factors.items():
@@ -70,3 +70,17 @@ def test_a_policy_that_buys_its_score_with_oom_kills_fails_a_guardrail(oq):
     assert g["trouble_goal_met"]
     assert g["guardrails_worse"] == ["oom_kills_per_1k_starts", "pending_p99_s"]
     assert "WORSE: oom_kills_per_1k_starts, pending_p99_s" in oq.goals_table(oq.learning_goals(res))
+
+
+def test_failed_pods_count_beside_what_they_requested(oq):
+    """A policy that lets large pods in fails more pods and fewer requested cores: the count's
+    guardrail says worse, and the requested cores are printed beside it (not a guardrail)."""
+    res = _result(_runs({"kube-default": {}, "learned-online": {"hot_cpu_node_s": 0.8, "failed_pods": 1.05,
+                                                                "failed_cpu_cores": 0.95}}))
+    g = oq.learning_goals(res)["policies"]["learned-online"]
+    assert g["guardrails_worse"] == ["failed_pods"]
+    assert g["failed_requests"]["failed_cpu_cores"]["verdict"] == "better"
+    assert g["failed_requests"]["failed_cpu_cores"]["mean"] < 0
+    line = oq.goals_table(oq.learning_goals(res))
+    assert "WORSE: failed_pods; failed_cpu_cores -" in line and "(better)" in line
+    assert "failed_gpus" not in line  # nothing requested GPUs: not printed

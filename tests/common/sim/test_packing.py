@@ -70,6 +70,9 @@ def test_invariants_hold_for_every_policy(seed, policy):
     state = ClusterState(nodes)
     order = packing_workload(pods, nodes, 1.2, np.random.default_rng(seed))
     assert len(order) == len(res.placements)
+    failed = order[res.placements < 0]
+    assert res.metrics["failed_cpu_cores"] == pytest.approx(pods.cpu[failed].sum() / 1000)
+    assert res.metrics["failed_gpus"] == pytest.approx((pods.num_gpu * pods.gpu_milli)[failed].sum() / 1000)
     for i, node, gpus in zip(order, res.placements, res.gpus, strict=True):
         pod = Pod.from_table(pods, int(i))
         if node < 0:

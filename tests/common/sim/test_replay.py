@@ -401,6 +401,7 @@ def test_max_wait_fails_a_pod():
     # Attempts at 1, 2, 4, 8 and a last one at the deadline 11: failed.
     assert sim.status == [COMPLETED, FAILED]
     assert res.metrics["failed_pods"] == 1 and res.metrics["pending_pods"] == 0
+    assert res.metrics["failed_cpu_cores"] == 0.5 and res.metrics["failed_gpus"] == 0.0  # B's request
 
 
 def test_pending_at_end_counted():
