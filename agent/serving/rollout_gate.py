@@ -87,6 +87,23 @@ class GateVerdict:
     profile: str  # the profiles judged, joined with "+" ("web", "gpu+web")
 
 
+FAILED_REQUESTS = (Figure("diff", "failed_cpu_cores"), Figure("diff", "failed_gpus"))
+"""Said beside a worse failed-pods guardrail where the evidence holds them (not a guardrail): what
+the failed pods requested, since a policy that lets large pods in fails more pods and no more work."""
+
+
+def _requested(entry: dict[str, Any], guardrail: Figure) -> str:
+    if guardrail.metric != "failed_pods":
+        return ""
+    said = []
+    for f in FAILED_REQUESTS:
+        vals = f.values(entry)
+        if vals and any(vals):
+            mean, lo, hi, _ = one_sided_bounds(vals, CONFIDENCE)
+            said.append(f"{f.metric} {mean:+.3g} (one-sided 95% bounds {lo:+.3g}, {hi:+.3g})")
+    return f", what they requested: {', '.join(said)}" if said else ""
+
+
 def _judge(entry: dict[str, Any], profile: str, objective: str) -> tuple[bool, str]:
     """One profile's evidence: (proven, reason with the figures)."""
     where = f"{entry.get('nodes', '?')}-node {profile} validation cluster"
@@ -110,7 +127,7 @@ def _judge(entry: dict[str, Any], profile: str, objective: str) -> tuple[bool, s
         gm, glo, ghi, _ = one_sided_bounds(gv, CONFIDENCE)
         bound = glo if g.lower_is_better else ghi
         if (glo > 0) if g.lower_is_better else (ghi < 0):
-            worse.append(f"{g.label()} {gm:+.3g} (one-sided 95% bound {bound:+.3g})")
+            worse.append(f"{g.label()} {gm:+.3g} (one-sided 95% bound {bound:+.3g})" + _requested(entry, g))
     if worse:
         return False, f"worse than kube-default on a guardrail: {'; '.join(worse)} ({where}; {figure})"
     return True, f"better than kube-default: {figure}; no guardrail worse"

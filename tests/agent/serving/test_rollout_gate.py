@@ -100,6 +100,21 @@ def test_every_guardrail_blocks_on_its_own():
         assert not v.active and g.metric in v.reason, (g, v.reason)
 
 
+def test_a_worse_failed_pods_guardrail_says_what_the_failed_pods_requested():
+    """More failed pods but fewer requested cores (large pods let in): still shadow, the count is
+    the guardrail, and the reason gives the requested cores' difference with its bounds."""
+    entry = _entry(BETTER, failed_pods=[0.006, 0.004, 0.007, 0.005, 0.006, 0.008, 0.005, 0.006])
+    entry["diff"]["failed_cpu_cores"] = _s([-9.0, -7.0, -10.0, -8.0, -9.5, -6.0, -11.0, -8.5])
+    entry["diff"]["failed_gpus"] = _s(CALM)  # nothing requested GPUs: not said
+    v = gate(_meta(edge=entry), "edge")
+    assert not v.active
+    assert "log ratio of failed_pods +0.00588" in v.reason
+    assert ", what they requested: failed_cpu_cores -8.62 (one-sided 95% bounds -9." in v.reason
+    assert "failed_gpus" not in v.reason
+    plain = gate(_meta(edge=_entry(BETTER, failed_pods=WORSE)), "edge")  # evidence written before them
+    assert "what they requested" not in plain.reason and "failed_pods" in plain.reason
+
+
 def test_unknown_profile_or_objective_is_refused():
     with pytest.raises(ValueError, match="unknown profile"):
         gate({}, "mainframe")
