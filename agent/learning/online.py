@@ -74,17 +74,10 @@ from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
 from fedsched.common.compute import worker_pool
 from fedsched.common.learning.checkpoint import data_hash, load_checkpoint, save_checkpoint
 from fedsched.common.learning.kinds import NODE_SCORING, kind_of
-from fedsched.common.learning.scorers import (
-    MAX_KUBE_WEIGHT,
-    SCORING_KEY,
-    scorer_for,
-    scoring_metadata,
-    scoring_options,
-)
+from fedsched.common.learning.scorers import MAX_KUBE_WEIGHT, SCORING_KEY, scorer_for, scoring_metadata
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.metrics import TROUBLE_SMOOTHING, trouble_score
-from fedsched.common.model.profiles import PROFILES as CLUSTER_PROFILES
 from fedsched.common.model.synthetic import generate_cluster
 from fedsched.common.model.traces import (
     builtin_trace,
@@ -154,9 +147,6 @@ class OnlineRecipe:
     """weight of kube-default's score / 100 added to the policy's logits wherever it scores
     (validation included): written into the checkpoint's scoring options
     (``fedsched.common.learning.scorers``); 0: the logits alone"""
-    profile_kube_weights: dict[str, float] = field(default_factory=dict)
-    """a cluster profile's own kube weight in place of ``kube_weight`` on its clusters (``{"gpu":
-    0.0}``; a mixed cluster takes the largest of its profiles'), written with it"""
     engine: str = "processes"
     """credit collection: processes (this machine) or ray (Ray tasks, as Flower's simulation runs
     its members: this machine, or a Ray cluster through ``RAY_ADDRESS``)"""
@@ -397,9 +387,7 @@ def validate(policy: Any, recipe: OnlineRecipe, typical: TypicalPods,
                 if name in rows:
                     continue
                 if name == "policy":
-                    sched = scorer_for(policy, typical, **scoring_options(
-                        {SCORING_KEY: scoring_metadata(recipe.kube_weight, recipe.profile_kube_weights)},
-                        NODE_SCORING))
+                    sched = scorer_for(policy, typical, **scoring_metadata(recipe.kube_weight))
                 else:
                     ctx = SchedulerContext(train_pods=train, rng=np.random.default_rng(0))
                     sched = make_policy(name, ctx, "replay")
@@ -584,7 +572,7 @@ def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None =
     extra = {"operating_mode": "online", "teacher": recipe.teacher, "recipe": command,
              "fit": epochs[-1] if epochs else {}, "validation": figures,
              "validation_score": validation_score(figures), "stages": stages, "kept": chosen,
-             SCORING_KEY: scoring_metadata(recipe.kube_weight, recipe.profile_kube_weights)}
+             SCORING_KEY: scoring_metadata(recipe.kube_weight)}
     ckpt = save_checkpoint(out / "checkpoint.pt", policy, extra=extra, **meta)
     summary = {"algorithm": meta["algorithm"], "operating_mode": "online", "method": recipe.method,
                "samples": n_decisions, "init": str(init) if init else None, "epochs": epochs,
@@ -614,7 +602,6 @@ def _flags(r: OnlineRecipe) -> list[str]:
             f"--credit-target {r.credit.target}",
             f"--horizon {r.reward.node_horizon_s:g}", f"--throttle-credit {r.reward.throttle_credit}",
             f"--kube-weight {r.kube_weight:g}",
-            *(f"--kube-weight-profile {p}={w:g}" for p, w in sorted(r.profile_kube_weights.items())),
             f"--seed {r.seed}"]
 
 
@@ -661,10 +648,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kube-weight", type=float, default=d.kube_weight,
                     help="weight of kube-default's score / 100 added to the policy's logits wherever it "
                          "scores (kept in the checkpoint; 0: the logits alone)")
-    ap.add_argument("--kube-weight-profile", action="append", default=[], metavar="PROFILE=W",
-                    help="a cluster profile's own kube weight in place of --kube-weight on its clusters "
-                         f"({', '.join(CLUSTER_PROFILES)}; repeatable; a mixed cluster takes the largest "
-                         "of its profiles' weights)")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--no-validate", action="store_true", help="skip the held-out validation runs")
     a = ap.parse_args(argv)
@@ -678,15 +661,6 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--tie-weights: expected finite numbers >= 0, got {a.tie_weights!r}")
     if not 0 <= a.kube_weight <= MAX_KUBE_WEIGHT:
         ap.error(f"--kube-weight: expected a number in [0, {MAX_KUBE_WEIGHT:g}], got {a.kube_weight:g}")
-    profile_weights: dict[str, float] = {}
-    for item in a.kube_weight_profile:
-        name, eq, value = item.partition("=")
-        try:
-            profile_weights[name] = float(value) if eq else math.nan
-            scoring_metadata(0.0, profile_weights)  # the profile and the weight checked as served
-        except ValueError as e:
-            ap.error(f"--kube-weight-profile: expected PROFILE=W ({', '.join(CLUSTER_PROFILES)}; W a number "
-                     f"in [0, {MAX_KUBE_WEIGHT:g}]), got {item!r}: {e}")
     if not math.isfinite(a.horizon) or a.horizon <= 0:
         ap.error(f"--horizon: expected seconds > 0, got {a.horizon:g}")
     if a.throttle_credit not in THROTTLE_CREDITS:
@@ -701,7 +675,6 @@ def main(argv: list[str] | None = None) -> int:
                           seed=a.seed, validate=not a.no_validate, ppo_steps=a.ppo_steps,
                           credit_weights=a.credit_weights, scale=a.scale, workers=max(1, a.workers),
                           tie_weights=ties, engine=a.engine, kube_weight=a.kube_weight,
-                          profile_kube_weights=profile_weights,
                           reward=replace(d.reward, node_horizon_s=a.horizon,
                                          throttle_credit=a.throttle_credit))
     try:

@@ -13,18 +13,11 @@ in its target (``CreditConfig.tie_weight``) raised at scoring time. The policy t
 kube-default's spread only where its predicted cost gap is larger than that margin; every path
 that scores with the policy (the simulator, the benchmarks, the extender, the decision service)
 scores through :meth:`PolicyScheduler.score` and so sees the same sum.
-
-The weight may differ by cluster profile (``profile_kube_weights``, kept in the metadata as
-``kube_weight_<profile>``: :func:`fedsched.common.model.profiles.cluster_profiles`, the profiles
-the roll-out gate judges the cluster on): a cluster judged on several profiles (a mixed one) takes
-the largest of their weights, the one closest to kube-default. A profile without its own weight
-takes ``kube_weight``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +31,14 @@ from fedsched.common.learning.features import (
 )
 from fedsched.common.learning.kinds import NODE_SCORING, WEIGHTS, kind_of
 from fedsched.common.learning.nets import NodeScoringPolicy, WeightPolicy, gpu_mask, weight_inputs
-from fedsched.common.model.cluster import ClusterState, NodeTable, Pod
+from fedsched.common.model.cluster import ClusterState, Pod
 from fedsched.common.model.fragmentation import TypicalPods
-from fedsched.common.model.profiles import PROFILES, cluster_profiles
 from fedsched.common.schedulers.base import Scheduler, SchedulerContext
 from fedsched.common.schedulers.kube_default import kube_default_scores
 
 SCORING_KEY = "scoring"
 """The checkpoint metadata key of the adapter options a policy is scored with."""
-PROFILE_WEIGHT = "kube_weight_"
-"""The metadata prefix of a profile's own kube weight (``kube_weight_gpu``)."""
-SCORING_OPTIONS = {NODE_SCORING: ("kube_weight", *(PROFILE_WEIGHT + p for p in PROFILES)), WEIGHTS: ()}
+SCORING_OPTIONS = {NODE_SCORING: ("kube_weight",), WEIGHTS: ()}
 """The options each policy kind's adapter takes from the metadata."""
 MAX_KUBE_WEIGHT = 1e6
 """Above this kube-default decides alone anyway; a larger weight (1e308) would overflow the sum."""
@@ -61,30 +51,10 @@ def scheduler_from_checkpoint(path: str | Path, ctx: SchedulerContext | None = N
                       **scoring_options(meta, kind_of(policy)))
 
 
-def scoring_metadata(kube_weight: float,
-                     profile_kube_weights: Mapping[str, float] | None = None) -> dict[str, float]:
-    """What a checkpoint scored with ``kube_weight`` (and per profile ``profile_kube_weights``)
-    keeps under ``SCORING_KEY`` (``{}``: the logits alone); :func:`scoring_options` reads it back."""
-    out = {"kube_weight": float(kube_weight)} if kube_weight > 0 else {}
-    for p, w in sorted(_checked_profile_weights(profile_kube_weights).items()):
-        out[PROFILE_WEIGHT + p] = w
-    return out
-
-
-def _checked_weight(name: str, v: Any) -> float:
-    """``v`` as a kube weight; a ValueError naming ``name`` unless a number in [0, MAX_KUBE_WEIGHT]."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_KUBE_WEIGHT:  # NaN too
-        raise ValueError(f"{name} must be a number in [0, {MAX_KUBE_WEIGHT:g}], got {v!r}")
-    return float(v)
-
-
-def _checked_profile_weights(weights: Mapping[str, float] | None) -> dict[str, float]:
-    weights = dict(weights or {})
-    unknown = sorted(set(weights) - set(PROFILES))
-    if unknown:
-        raise ValueError(f"kube weights for unknown profiles {', '.join(map(repr, unknown))} "
-                         f"(profiles: {', '.join(PROFILES)})")
-    return {p: _checked_weight(PROFILE_WEIGHT + p, w) for p, w in weights.items()}
+def scoring_metadata(kube_weight: float) -> dict[str, float]:
+    """What a checkpoint scored with ``kube_weight`` keeps under ``SCORING_KEY`` (``{}``: the
+    logits alone); :func:`scoring_options` reads it back."""
+    return {"kube_weight": float(kube_weight)} if kube_weight > 0 else {}
 
 
 def scoring_options(meta: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -100,16 +70,12 @@ def scoring_options(meta: dict[str, Any], kind: str) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"metadata {SCORING_KEY!r}: {', '.join(map(repr, unknown))} not an option of a "
                          f"{kind} policy (options: {', '.join(allowed) or 'none'})")
-    out: dict[str, Any] = {}
+    out = {}
     for k, v in raw.items():
-        try:
-            w = _checked_weight(k, v)
-        except ValueError as e:
-            raise ValueError(f"metadata {SCORING_KEY!r}: {e}") from None
-        if k.startswith(PROFILE_WEIGHT):
-            out.setdefault("profile_kube_weights", {})[k[len(PROFILE_WEIGHT):]] = w
-        else:
-            out[k] = w
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_KUBE_WEIGHT:
+            raise ValueError(f"metadata {SCORING_KEY!r}: {k} must be a number in [0, {MAX_KUBE_WEIGHT:g}], "
+                             f"got {v!r}")
+        out[k] = float(v)
     return out
 
 
@@ -139,14 +105,12 @@ class PolicyScheduler(Scheduler):
 
     def __init__(self, policy: NodeScoringPolicy, typical: TypicalPods | None,
                  ctx: SchedulerContext | None = None, name: str | None = None,
-                 backend: str = "numpy", kube_weight: float = 0.0,
-                 profile_kube_weights: Mapping[str, float] | None = None) -> None:
+                 backend: str = "numpy", kube_weight: float = 0.0) -> None:
         super().__init__(ctx)
-        self.kube_weight = _checked_weight("kube_weight", kube_weight)
+        if not 0 <= kube_weight <= MAX_KUBE_WEIGHT:  # NaN fails too
+            raise ValueError(f"kube_weight must be a number in [0, {MAX_KUBE_WEIGHT:g}], got {kube_weight!r}")
+        self.kube_weight = float(kube_weight)
         """weight of kube-default's score / 100 added to the logits (module docstring)"""
-        self.profile_kube_weights = _checked_profile_weights(profile_kube_weights)
-        """a profile's own weight, in place of ``kube_weight`` on its clusters (module docstring)"""
-        self._weighed: tuple[NodeTable, float] | None = None  # the last inventory's weight
         self.policy = policy.eval()
         self.features = FeatureBuilder(typical)
         if name:
@@ -213,23 +177,12 @@ class PolicyScheduler(Scheduler):
             return logits[0].numpy()
         return self.policy.score_numpy(nodes, pod, ctx)
 
-    def kube_weight_on(self, nodes: NodeTable) -> float:
-        """The kube weight this policy scores with on the inventory ``nodes``: the largest of its
-        profiles' weights (``kube_weight`` for a profile without its own)."""
-        if not self.profile_kube_weights:
-            return self.kube_weight
-        if self._weighed is None or self._weighed[0] is not nodes:
-            w = max(self.profile_kube_weights.get(p, self.kube_weight) for p in cluster_profiles(nodes))
-            self._weighed = (nodes, w)
-        return self._weighed[1]
-
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         f = self.features.build(state, pod, nodes)
         self.last_features = f  # what the decision log records
         scores = self.logits(f.nodes, f.pod, f.context).astype(np.float64)
-        weight = self.kube_weight_on(state.nodes)
-        if weight > 0:
-            scores += weight / 100.0 * kube_default_scores(state, pod, np.asarray(nodes))
+        if self.kube_weight > 0:
+            scores += self.kube_weight / 100.0 * kube_default_scores(state, pod, np.asarray(nodes))
         return scores
 
     def select_gpus(self, state: ClusterState, pod: Pod, node: int) -> tuple[int, ...]:

@@ -15,14 +15,13 @@ from fedsched.agent.serving.model_store import load_model
 from fedsched.common.learning.checkpoint import CheckpointError, save_checkpoint
 from fedsched.common.learning.kinds import NODE_SCORING, WEIGHTS
 from fedsched.common.learning.nets import NodeScoringPolicy, PolicyConfig
-from fedsched.common.learning.scorers import SCORING_KEY, PolicyScheduler, scoring_metadata, scoring_options
+from fedsched.common.learning.scorers import SCORING_KEY, PolicyScheduler, scoring_options
 from fedsched.common.model.cluster import ClusterState, Pod
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.synthetic import generate_cluster
 from fedsched.common.schedulers import make_scheduler
 from fedsched.common.schedulers.base import default_gpu_choice, rank
 from fedsched.common.schedulers.kube_default import kube_default_scores
-from tests.builders import make_nodes
 
 
 @pytest.fixture(scope="module")
@@ -122,77 +121,3 @@ def test_a_checkpoint_is_scored_with_its_weight_by_the_benchmarks_and_by_serving
         load_model(bad)
     with pytest.raises(ValueError, match="kube_weight must be a number in"):
         make_scheduler(str(bad))
-
-
-# ---- a profile's own weight -------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def gpu_decision():
-    """A GPU cluster half filled (first fit) and the next pods with their feasible nodes."""
-    nodes, pods = generate_cluster("gpu", 6, n_nodes=12, n_pods=120)
-    state = ClusterState(nodes)
-    for i in range(60):
-        pod = Pod.from_table(pods, i)
-        fits = np.flatnonzero(state.feasible(pod))
-        if len(fits):
-            state.allocate(int(fits[-1]), pod, default_gpu_choice(state, pod, int(fits[-1])))
-    asks = [(pod, np.flatnonzero(state.feasible(pod))) for pod in (Pod.from_table(pods, i)
-                                                                   for i in range(60, 90))]
-    return state, [(p, c) for p, c in asks if len(c) > 1], TypicalPods.from_pods(pods)
-
-
-def test_a_profile_weight_replaces_the_weight_on_that_profiles_clusters_only(decision, gpu_decision):
-    """kube weight 2 with the gpu profile's own 0: a GPU cluster is scored by the logits alone, a
-    web cluster by the logits plus twice kube-default's score / 100."""
-    mixed = PolicyScheduler(_policy(), decision[2], kube_weight=2.0, profile_kube_weights={"gpu": 0.0})
-    plain = PolicyScheduler(_policy(), decision[2])
-    two = PolicyScheduler(_policy(), decision[2], kube_weight=2.0)
-    for (state, asks, _), like in ((gpu_decision, plain), (decision, two)):
-        for pod, cand in asks:
-            np.testing.assert_array_equal(mixed.score(state, pod, cand), like.score(state, pod, cand))
-    assert mixed.kube_weight_on(gpu_decision[0].nodes) == 0.0
-    assert mixed.kube_weight_on(decision[0].nodes) == 2.0
-
-
-@pytest.mark.parametrize(("gpu_nodes", "weights", "expected"), [
-    (0, {"gpu": 0.0}, 2.0),                 # CPU-only (web): the default weight
-    (40, {"gpu": 0.0}, 0.0),                # GPUs everywhere: gpu
-    (10, {"gpu": 0.0}, 2.0),                # 30 web nodes beside 10 GPU nodes: gpu and web, the larger
-    (10, {"gpu": 5.0, "web": 1.0}, 5.0),    # the larger of two profile weights
-    (39, {"gpu": 0.0}, 0.0),                # one CPU-only node holds too few cores: gpu alone
-])
-def test_a_mixed_cluster_takes_the_largest_of_its_profiles_weights(decision, gpu_nodes, weights, expected):
-    nodes = make_nodes([32000] * 40, [131072] * 40, [8] * gpu_nodes + [0] * (40 - gpu_nodes))
-    sched = PolicyScheduler(_policy(), decision[2], kube_weight=2.0, profile_kube_weights=weights)
-    assert sched.kube_weight_on(nodes) == expected
-    assert sched.kube_weight_on(nodes) == expected  # cached for the same inventory
-
-
-def test_profile_weights_round_trip_through_the_metadata_and_bad_ones_are_refused(decision):
-    meta = {SCORING_KEY: scoring_metadata(2.0, {"gpu": 0})}
-    assert meta[SCORING_KEY] == {"kube_weight": 2.0, "kube_weight_gpu": 0.0}
-    assert scoring_options(meta, NODE_SCORING) == {"kube_weight": 2.0, "profile_kube_weights": {"gpu": 0.0}}
-    assert scoring_metadata(0.0, {"edge": 3}) == {"kube_weight_edge": 3.0}
-    with pytest.raises(ValueError, match="'kube_weight_cpu' not an option of a node-scoring"):
-        scoring_options({SCORING_KEY: {"kube_weight_cpu": 1.0}}, NODE_SCORING)
-    with pytest.raises(ValueError, match=r"metadata 'scoring': kube_weight_gpu must be a number in .*got -1"):
-        scoring_options({SCORING_KEY: {"kube_weight_gpu": -1}}, NODE_SCORING)
-    with pytest.raises(ValueError, match="unknown profiles 'cpu'"):
-        PolicyScheduler(_policy(), decision[2], profile_kube_weights={"cpu": 1.0})
-    with pytest.raises(ValueError, match="kube_weight_web must be a number in"):
-        PolicyScheduler(_policy(), decision[2], profile_kube_weights={"web": math.nan})
-
-
-def test_a_checkpoints_profile_weight_is_served_as_the_benchmarks_score_it(gpu_decision, tmp_path):
-    state, asks, typical = gpu_decision
-    policy = _policy(5)
-    path = save_checkpoint(tmp_path / "profiled.pt", policy, algorithm="credit", hyperparameters={},
-                           typical=typical, data="test",
-                           extra={SCORING_KEY: {"kube_weight": 2.0, "kube_weight_gpu": 0.5}})
-    resolved, served = make_scheduler(str(path)), load_model(path).scheduler
-    direct = PolicyScheduler(policy, typical, kube_weight=0.5)
-    assert resolved.kube_weight_on(state.nodes) == served.kube_weight_on(state.nodes) == 0.5
-    for pod, cand in asks:
-        expected = direct.score(state, pod, cand)
-        np.testing.assert_allclose(resolved.score(state, pod, cand), expected, rtol=0, atol=1e-9)
-        np.testing.assert_allclose(served.score(state, pod, cand), expected, rtol=0, atol=1e-6)
