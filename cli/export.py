@@ -50,8 +50,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {out} ({out.stat().st_size / 1024:.1f} KiB, opset {args.opset}) from {path}")
     if meta.get("scoring"):
         print(f"note: the model holds the network's logits; fedsched scores with {meta['scoring']} "
-              "(kube_weight: kube-default's score / 100 times it added to the logits; kube_weight_<profile>: "
-              "in its place on a cluster of that profile), kept in the "
+              "(kube_weight: kube-default's score / 100 times it added to the logits), kept in the "
               "model's fedsched.scoring property")
 
     # parity vs torch on a random 100-node input

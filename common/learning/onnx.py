@@ -49,8 +49,7 @@ PARITY_ATOL = 1e-4  # float32 kernels (MKL/MLAS/numpy BLAS) differ by rounding, 
 META_KEYS = ("algorithm", "data_hash", "created", "policy", "typical_pods", "teacher", "scoring")
 """Checkpoint metadata embedded in the model's properties; ``scoring`` holds the scorer's options
 (``kube_weight``: kube-default's score / 100 times it is added to these logits when fedsched
-scores, ``kube_weight_<profile>`` in its place on a cluster of that profile, see
-:mod:`fedsched.common.learning.scorers`; a runtime that reads the ONNX alone must add it too)."""
+scores; a runtime that reads the ONNX alone must add it too)."""
 
 
 class OnnxSchemaError(ValueError):
