@@ -66,7 +66,12 @@ import numpy as np
 from harness.provenance import git_commit, machine, strict_json, write_json
 
 from fedsched.common.model.load_metrics import LOAD_METRICS
-from fedsched.common.model.metrics import HIGHER_IS_BETTER, LEGACY_COUNTERS, TROUBLE_SMOOTHING
+from fedsched.common.model.metrics import (
+    FAILED_REQUESTS,
+    HIGHER_IS_BETTER,
+    LEGACY_COUNTERS,
+    TROUBLE_SMOOTHING,
+)
 from fedsched.common.model.traces import split_by_hash
 from fedsched.common.schedulers import (
     BASELINES,
@@ -91,8 +96,7 @@ LEARNED_POLICIES = [LEARNED, LEARNED_TD3, LEARNED_ONLINE]
 POLICIES = [*HEURISTICS, "prefer-hot", ORACLE, *LEARNED_POLICIES]
 assert all(p in BASELINES for p in HEURISTICS)
 # Rows of the table: the online metrics, then pending and failures, then the legacy counters.
-ROWS = [*LOAD_METRICS, "failed_pods", "failed_cpu_cores", "failed_gpus", "pending_p99_s", "util_mean",
-        *LEGACY_COUNTERS]
+ROWS = [*LOAD_METRICS, "failed_pods", *FAILED_REQUESTS, "pending_p99_s", "util_mean", *LEGACY_COUNTERS]
 
 
 def describe(sc: Scenario, spec: EvalSpec, quick: bool) -> dict[str, Any]:
@@ -268,9 +272,6 @@ def paired_table(res: dict[str, Any]) -> str:
 GOAL_MARGIN = 0.10  # trouble score below the best heuristic's, interval clear
 GOAL_HOT_RATIO = 0.8  # hot CPU node-time against the best heuristic's
 GUARDRAILS = ("oom_kills_per_1k_starts", "throttled_cpu_core_s", "failed_pods", "pending_p99_s")
-FAILED_REQUESTS = ("failed_cpu_cores", "failed_gpus")
-"""Printed beside the failed-pods guardrail, not part of it: what the failed pods requested (a
-count rewards starving large pods, :data:`fedsched.common.model.metrics.METRICS`)."""
 
 
 def best_heuristic(res: dict[str, Any]) -> str:

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fedsched.common.model.metrics import FAILED_REQUESTS
 from fedsched.common.model.profiles import PROFILES
 from fedsched.common.sim.paired import one_sided_bounds
 
@@ -87,7 +88,7 @@ class GateVerdict:
     profile: str  # the profiles judged, joined with "+" ("web", "gpu+web")
 
 
-FAILED_REQUESTS = (Figure("diff", "failed_cpu_cores"), Figure("diff", "failed_gpus"))
+REQUESTED = tuple(Figure("diff", m) for m in FAILED_REQUESTS)
 """Said beside a worse failed-pods guardrail where the evidence holds them (not a guardrail): what
 the failed pods requested, since a policy that lets large pods in fails more pods and no more work."""
 
@@ -96,7 +97,7 @@ def _requested(entry: dict[str, Any], guardrail: Figure) -> str:
     if guardrail.metric != "failed_pods":
         return ""
     said = []
-    for f in FAILED_REQUESTS:
+    for f in REQUESTED:
         vals = f.values(entry)
         if vals and any(vals):
             mean, lo, hi, _ = one_sided_bounds(vals, CONFIDENCE)

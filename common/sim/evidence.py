@@ -37,7 +37,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fedsched.common.model.metrics import TROUBLE_SMOOTHING
+from fedsched.common.model.metrics import FAILED_REQUESTS, TROUBLE_SMOOTHING
 from fedsched.common.model.profiles import PROFILES
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate
 from fedsched.common.sim.paired import TROUBLE
@@ -53,7 +53,7 @@ PROFILE_SCENARIO = {"web": "web", "gpu": "gpu", "edge": "edge"}
 """The scenario whose parameters a profile's validation cluster takes."""
 assert set(PROFILE_SCENARIO) == set(PROFILES)
 KEPT_DIFFS = ("hot_cpu_node_s", "throttled_cpu_core_s", "oom_kills_per_1k_starts", "failed_pods",
-              "failed_cpu_cores", "failed_gpus", "pending_p99_s", "pending_sla_misses", "contended_pod_share",
+              *FAILED_REQUESTS, "pending_p99_s", "pending_sla_misses", "contended_pod_share",
               "alloc_gpu", "gpu_frag_amount_avg", "stranded_cpu_avg", "util_mean")
 """The metrics whose plain differences the evidence keeps (the guardrails, what the failed pods
 requested beside their count, and the objectives an operator may choose); the trouble metrics' log
