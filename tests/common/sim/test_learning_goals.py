@@ -4,23 +4,17 @@ guardrails against kube-default."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import numpy as np
 import pytest
 
 from fedsched.common.sim.paired import paired_against
-from tests.paths import REPO
+from tests.paths import bench_module
 
 
 @pytest.fixture(scope="module")
 def oq():
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        yield importlib.import_module("online_quality")
-    finally:
-        sys.path.remove(str(REPO / "bench"))
+    with bench_module("online_quality") as module:
+        yield module
 
 
 def _runs(factors: dict[str, dict[str, float]], seeds: int = 8) -> dict:
