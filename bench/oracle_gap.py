@@ -64,7 +64,7 @@ def load(path: str | Path) -> dict[str, Any]:
 
 def _same(a: float, b: float) -> bool:
     """Equal up to the last bits a sum in another order moves (the same run on another machine)."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+    if a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)):
         return True
     return isinstance(a, int | float) and isinstance(b, int | float) and math.isclose(a, b, rel_tol=1e-9,
                                                                                       abs_tol=1e-12)
@@ -80,6 +80,8 @@ def merge(with_oracle: Runs, with_policy: Runs, policy: str, where: str = "") ->
     if policy not in with_policy:
         raise ValueError(f"{where}the second file has no {policy} runs (it has: {', '.join(with_policy)})")
     seeds = [s for s in with_oracle["kube-default"] if s in with_policy[policy]]
+    if not seeds:
+        raise ValueError(f"{where}the two files share no seed")
     for name in sorted(set(with_oracle) & set(with_policy) - {policy}):
         for s in seeds:
             a, b = with_oracle[name].get(s), with_policy[name].get(s)

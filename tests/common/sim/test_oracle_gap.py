@@ -82,6 +82,8 @@ def test_the_policy_comes_from_the_second_file_and_the_oracle_from_the_first(og,
 @pytest.mark.parametrize(("change", "fault"), [
     (lambda r: r["kube-default"]["43"].update(hot_cpu_node_s=1.0), "kube-default seed 43: hot_cpu_node_s"),
     (lambda r: r.pop("learned-online"), "the second file has no learned-online runs"),
+    (lambda r: r.update({"learned-online": {str(int(k) + 100): v for k, v in r["learned-online"].items()}}),
+     "the two files share no seed"),
 ])
 def test_files_that_did_not_replay_the_same_workloads_are_refused(og, tmp_path, capsys, change, fault):
     first = _runs({"kube-default": {}, "oracle": {"hot_cpu_node_s": 0.5}})
