@@ -100,3 +100,11 @@ def test_a_file_that_is_not_a_benchmark_result_is_refused(og, tmp_path, capsys):
     with pytest.raises(SystemExit):
         og.main(["--pair", str(bad), str(bad)])
     assert "not a bench/online_quality.py --json result" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("policy", ["kube-default", "koordinator-load-aware", "oracle"])
+def test_a_heuristic_or_the_oracle_is_not_a_policy_to_measure(og, tmp_path, capsys, policy):
+    first = _write(tmp_path / "a.json", _runs({"kube-default": {}, "oracle": {"hot_cpu_node_s": 0.5}}))
+    with pytest.raises(SystemExit):
+        og.main(["--pair", first, first, "--policy", policy])
+    assert "is what a policy is measured against" in capsys.readouterr().err
