@@ -5,8 +5,10 @@ scenario of ``bench/online_quality.py`` the oracle's gap is its paired trouble s
 scenario's best heuristic (``online_quality.best_heuristic``), seed by seed; the policy's share of
 it is the policy's own paired difference from that heuristic divided by the oracle's (1: as far
 as the oracle, 0: no further than the heuristic, below 0: behind it), with a 95% interval from a
-paired bootstrap over the seeds. The same for hot CPU node-time (its log ratio). Where the oracle is
-not better than the best heuristic, interval clear, there is no gap and no share: the line says so.
+paired bootstrap over the seeds. The same for each of the trouble score's metrics (their log ratios: hot
+CPU node-time, throttled CPU, OOM kills, failed pods), which says where the gap left lies. Where the
+oracle is not better than the best heuristic, interval clear, there is no gap and no share: the line
+says so.
 The policy against the oracle itself, paired by seed, is printed beside it.
 
 The oracle and the policy may come from different stored runs (the full benchmark runs every
@@ -36,13 +38,13 @@ import numpy as np
 from harness.provenance import strict_json, write_json
 from online_quality import HEURISTICS, best_heuristic
 
+from fedsched.common.model.metrics import TROUBLE_SMOOTHING
 from fedsched.common.schedulers import LEARNED_ONLINE
 from fedsched.common.sim.paired import TROUBLE, paired_against, paired_difference
 from fedsched.common.sim.replay.oracle import ORACLE
 
 Runs = dict[str, dict[str, dict[str, float]]]
 BOOTSTRAP = 10_000  # resamples of the seeds for the share's interval
-HOT = "hot_cpu_node_s"
 
 
 def _numbers(x: Any) -> Any:
@@ -119,8 +121,10 @@ def gap(runs: Runs, policy: str, seed: int = 0) -> dict[str, Any]:
     against = paired_against(runs, best)
     rng = np.random.default_rng(seed)
     out: dict[str, Any] = {"best_heuristic": best, "seeds": len(against[policy]["seeds"])}
-    for key, pick in ((TROUBLE, lambda f: f[TROUBLE]), ("hot_log_ratio", lambda f: f["log_ratio"][HOT])):
-        o, p = pick(against[ORACLE]), pick(against[policy])
+    out["figures"] = {}
+    for key in (TROUBLE, *TROUBLE_SMOOTHING):
+        o, p = ((f[TROUBLE] if key == TROUBLE else f["log_ratio"][key])
+                for f in (against[ORACLE], against[policy]))
         fig: dict[str, Any] = {
             "oracle_vs_best": {k: o[k] for k in ("mean", "ci95", "verdict")},
             "policy_vs_best": {k: p[k] for k in ("mean", "ci95", "verdict")},
@@ -128,18 +132,18 @@ def gap(runs: Runs, policy: str, seed: int = 0) -> dict[str, Any]:
                                  if k != "values"},
         }
         fig["share"] = share(p["values"], o["values"], rng) if o["verdict"] == "better" else None
-        out[key] = fig
+        out["figures"][key] = fig
     return out
 
 
 def line(name: str, g: dict[str, Any]) -> str:
     parts = []
-    for key, label in ((TROUBLE, "trouble"), ("hot_log_ratio", "hot CPU (log ratio)")):
-        f = g[key]
+    for key, f in g["figures"].items():
         o, p, d = f["oracle_vs_best"], f["policy_vs_best"], f["policy_vs_oracle"]
         s = f["share"]
         took = (f"closes {s['share']:.0%} [{s['lo']:.0%}, {s['hi']:.0%}] of the oracle's gap" if s
                 else "the oracle is not better than the best heuristic: no gap to close")
+        label = "trouble" if key == TROUBLE else f"log {key}"
         parts.append(f"{label}: oracle {o['mean']:+.3f} ± {o['ci95']:.3f}, policy {p['mean']:+.3f} ± "
                      f"{p['ci95']:.3f} against {g['best_heuristic']}; {took}; policy - oracle "
                      f"{d['mean']:+.3f} ± {d['ci95']:.3f} ({d['verdict']})")
