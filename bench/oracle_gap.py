@@ -117,7 +117,7 @@ def gap(runs: Runs, policy: str, seed: int = 0) -> dict[str, Any]:
     """The oracle's gap to the best heuristic and the policy's share of it (module docstring)."""
     reference = "kube-default"
     res = {"runs": runs, "reference": reference, "paired": paired_against(runs, reference)}
-    best = best_heuristic({**res, "paired": {k: v for k, v in res["paired"].items() if k in HEURISTICS}})
+    best = best_heuristic(res)  # among HEURISTICS only
     against = paired_against(runs, best)
     rng = np.random.default_rng(seed)
     out: dict[str, Any] = {"best_heuristic": best, "seeds": len(against[policy]["seeds"])}
