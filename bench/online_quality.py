@@ -38,6 +38,11 @@ of all node-time.
 
     python bench/online_quality.py [--quick] [--seeds N] [--scenarios web,gpu] [--json OUT]
 
+The baselines' runs are kept in the run cache (``fedsched.common.sim.run_cache``; ``--run-cache
+DIR``, ``--no-run-cache``): a second run with another learned policy replays only that policy and
+one cached run, replayed to check the rest (the tables say how many came from the cache; the
+scenario's time is then not a full run's).
+
 Every scheduler is also compared with kube-default seed by seed (one seed replays one workload
 for every scheduler, so the difference is the decisions' alone): the second table of each
 scenario gives the paired trouble score (``fedsched.common.sim.paired``, the comparison the
@@ -85,6 +90,7 @@ from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate, make_pol
 from fedsched.common.sim.paired import TROUBLE, paired_against
 from fedsched.common.sim.replay import ReplayConfig, replay_workload
 from fedsched.common.sim.replay.oracle import ORACLE
+from fedsched.common.sim.run_cache import RunCache
 from fedsched.common.sim.scenarios import HELDOUT, SCENARIOS, TEST_FRACTION, Scenario, build
 
 HEURISTICS = [
@@ -354,6 +360,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated schedulers (default: all)")
     ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPU count)")
     ap.add_argument("--json", dest="json_out", help="write every run and the aggregates here")
+    ap.add_argument("--run-cache", default=None,
+                    help="where the baselines' runs are cached between runs (default: FEDSCHED_RUN_CACHE, "
+                         "else ~/.cache/fedsched/runs); one cached run is replayed to check the rest")
+    ap.add_argument("--no-run-cache", action="store_true", help="replay every scheduler")
     args = ap.parse_args(argv)
     catalogue = HELDOUT if args.heldout else SCENARIOS
     names = [s for s in (args.scenarios or ",".join(catalogue)).split(",") if s]
@@ -372,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds is not None and args.seeds < 1:
         ap.error("--seeds must be at least 1 (one seed runs, but has no interval and no verdict)")
     jobs = args.jobs or os.cpu_count() or 1
+    cache = None if args.no_run_cache else RunCache(args.run_cache)
     t_all = time.time()
     out: dict[str, Any] = {
         "benchmark": "online_quality", "quick": args.quick, "heldout": args.heldout, "policies": policies,
@@ -395,12 +406,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"node-h, offered {o.metrics['offered_load_pct']:.1f}% ({time.time() - t0:.0f} s)",
                   file=sys.stderr, flush=True)
 
-        res = evaluate(spec, jobs=jobs, progress=progress)
+        res = evaluate(spec, jobs=jobs, progress=progress, cache=cache)
         res.pop("curves", None)
         wall = time.time() - t0
         goals = learning_goals(res)
+        cached = f", {res['cached_runs']} runs from the run cache" if res.get("cached_runs") else ""
         print(table(name, res, info) + "\n" + paired_table(res) + "\n" + goals_table(goals)
-              + f"\n({wall:.0f} s)\n", flush=True)
+              + f"\n({wall:.0f} s{cached})\n", flush=True)
         kube = res["policies"].get("kube-default", {}).get("hot_cpu_node_s", {}).get("mean", math.nan)
         out["scenarios"][name] = {
             "parameters": info, "wall_s": wall, "result": res, "oracle_gap": gaps(res),

@@ -38,6 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", dest="json_out", help="also write the evidence as JSON here")
     p.add_argument("--search", help="the evidence of the decision-time search over the policy, as "
                                     "fedsched serve --search runs it ('default' or key=value,...)")
+    p.add_argument("--run-cache", default=None,
+                   help="where kube-default's runs are cached between evidence runs (default: "
+                        "FEDSCHED_RUN_CACHE, else ~/.cache/fedsched/runs); one cached run is replayed "
+                        "to check the rest")
+    p.add_argument("--no-run-cache", action="store_true", help="replay kube-default every time")
     p.set_defaults(func=run)
 
 
@@ -48,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from fedsched.common.schedulers import BASELINES, SHIPPED, default_policy_path
     from fedsched.common.schedulers.lookahead import ARGS_PREFIX
     from fedsched.common.sim.evidence import baseline_evidence_path, collect
+    from fedsched.common.sim.run_cache import RunCache
 
     profiles = [p for p in args.profiles.split(",") if p]
     baseline = args.policy in BASELINES
@@ -68,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{profile}] {k}/{n} {o.policy} seed {o.seed} ({time.time() - t0:.0f} s)", file=sys.stderr,
               flush=True)
 
-    ev = collect(replayed, profiles, seeds=args.seeds, jobs=args.jobs, quick=args.quick, progress=progress)
+    cache = None if args.no_run_cache else RunCache(args.run_cache)
+    ev = collect(replayed, profiles, seeds=args.seeds, jobs=args.jobs, quick=args.quick, progress=progress,
+                 cache=cache)
     recipe = [f"fedsched evidence {args.policy} --profiles {','.join(profiles)}"]
     recipe += [f"--seeds {args.seeds}"] if args.seeds is not None else []
     recipe += ["--quick"] if args.quick else []
@@ -87,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
               f"{t['ci95']:.3f} ({t['verdict']}); "
               + ", ".join(f"{m} {v['mean']:+.3f} ± {v['ci95']:.3f}" for m, v in e["log_ratio"].items())
               + f"\n  gate: {'active' if verdict.active else 'shadow'}: {verdict.reason}")
+        if e.get("cached_runs"):
+            where = cache.root if cache is not None else "?"
+            print(f"  ({e['cached_runs']} runs from the run cache in {where}, one more replayed to check)",
+                  file=sys.stderr)
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(ev, indent=1, allow_nan=True))

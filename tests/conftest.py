@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from fedsched.common.model.cluster import NodeTable, PodTable
 from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
 
 pytest_plugins = ["tests.require_services", "pytester"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def run_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The commands a test starts (``fedsched evidence``, the benchmarks) cache baselines' runs in
+    a directory of the test session, never in the user's ``~/.cache``."""
+    path = tmp_path_factory.mktemp("run-cache")
+    before = os.environ.get("FEDSCHED_RUN_CACHE")
+    os.environ["FEDSCHED_RUN_CACHE"] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop("FEDSCHED_RUN_CACHE", None)
+    else:
+        os.environ["FEDSCHED_RUN_CACHE"] = before
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ checkpoint path (``common/data/policies/default.pt``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import as_completed
@@ -41,6 +42,9 @@ from fedsched.common.model.traces import split_by_hash
 from fedsched.common.schedulers import LEARNED, Scheduler, SchedulerContext, make_scheduler
 from fedsched.common.sim.packing import CURVE_X, run_packing
 from fedsched.common.sim.paired import paired_against
+from fedsched.common.sim.run_cache import RunCache, agree, spec_key
+
+log = logging.getLogger("fedsched.evaluate")
 
 PACKING_LEARNED = f"best-of[kube-default,{LEARNED},fgd]"
 """What ``learned`` is in packing mode (:func:`make_policy`; :mod:`fedsched.common.sim.portfolio`)."""
@@ -144,33 +148,83 @@ def _run_star(args: tuple[EvalSpec, str, int]) -> RunOutput:
 
 
 def evaluate(spec: EvalSpec, jobs: int | None = None,
-             progress: Callable[[int, int, RunOutput], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[int, int, RunOutput], None] | None = None,
+             cache: RunCache | None = None) -> dict[str, Any]:
     """Run every (policy, seed) and aggregate: ``{"policies": {NAME: {METRIC: {mean, ci95}}}}``.
 
     The result also carries ``runs`` (per-seed metrics), ``paired`` (every other policy against
     ``spec.reference`` seed by seed: :func:`fedsched.common.sim.paired.paired_against`; when the
     reference is among the policies) and, in packing mode, ``curves`` (mean allocation % against
     arrived % per policy) for the plot.
+
+    With a ``cache`` (:class:`fedsched.common.sim.run_cache.RunCache`) the baselines' runs found
+    in it are not replayed but one, replayed to check them (a mismatch replays them all); new
+    baseline runs are stored; ``cached_runs`` in the result counts the runs taken from it.
     """
     train, _ = split(spec)
     for p in spec.policies:  # fail fast on unknown names, before any worker starts
         make_policy(p, SchedulerContext(train_pods=train), spec.mode)
     tasks = [(spec, p, s) for p in spec.policies for s in spec.seeds]
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     outputs: list[RunOutput] = []
+    key = spec_key(spec) if cache is not None else ""
+    hits: dict[tuple[str, int], RunOutput] = {}
+    if cache is not None:
+        for _, p, s in tasks:
+            hit = cache.get(key, p, s)
+            if hit is not None:
+                hits[(p, s)] = hit
+    check = next(iter(hits), None)  # the first cached run in task order: replayed to check the cache
+    todo = [t for t in tasks if (t[1], t[2]) not in hits or (t[1], t[2]) == check]
+    cached = [hits[(p, s)] for _, p, s in tasks if (p, s) in hits and (p, s) != check]
+
+    def done(o: RunOutput) -> None:
+        outputs.append(o)
+        if progress:
+            progress(len(outputs), len(tasks), o)
+
+    for o in cached:
+        done(o)
+    ran = _run_tasks(todo, jobs, done)
+    trusted = check is None or agree(ran[check].metrics, hits[check].metrics)
+    if not trusted:
+        log.warning("run cache: %s seed %s replayed differs from its cached figures; replaying the %d "
+                    "cached runs of this evaluation", check[0], check[1], len(cached))
+        outputs.clear()
+        cached = []
+        ran |= _run_tasks([t for t in tasks if (t[1], t[2]) in hits and (t[1], t[2]) != check], jobs, None)
+        outputs.extend(ran.values())
+    if cache is not None:
+        for o in ran.values():
+            cache.put(key, o)
+    result = aggregate(spec, outputs)
+    if cache is not None:
+        result["cached_runs"] = len(cached)
+    return result
+
+
+def _run_tasks(tasks: list[tuple[EvalSpec, str, int]], jobs: int | None,
+               done: Callable[[RunOutput], None] | None) -> dict[tuple[str, int], RunOutput]:
+    """Run ``tasks`` over ``jobs`` worker processes (in this process for one), ``done`` called on
+    each output as it arrives."""
+    out: dict[tuple[str, int], RunOutput] = {}
+    if not tasks:
+        return out
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+
+    def take(o: RunOutput) -> None:
+        out[(o.policy, o.seed)] = o
+        if done is not None:
+            done(o)
+
     if jobs == 1:
         for t in tasks:
-            outputs.append(_run_star(t))
-            if progress:
-                progress(len(outputs), len(tasks), outputs[-1])
+            take(_run_star(t))
     else:
         with worker_pool(jobs) as pool:
             futures = [pool.submit(_run_star, t) for t in tasks]
             for f in as_completed(futures):
-                outputs.append(f.result())
-                if progress:
-                    progress(len(outputs), len(tasks), outputs[-1])
-    return aggregate(spec, outputs)
+                take(f.result())
+    return out
 
 
 def aggregate(spec: EvalSpec, outputs: list[RunOutput]) -> dict[str, Any]:

@@ -16,13 +16,15 @@ with its per-seed values, so the gate can take any bound it needs.
 
     {"format": 1, "reference": "kube-default", "generator_seed": 31, "quick": False, "profiles": {
         PROFILE: {"scenario": NAME, "nodes": N, "pods": P, "seeds": [...],
-                  "trouble_score": S, "log_ratio": {METRIC: S}, "diff": {METRIC: S}}}}
+                  "trouble_score": S, "log_ratio": {METRIC: S}, "diff": {METRIC: S},
+                  "cached_runs": K}}}
 
-with ``S`` a paired summary (``mean``, ``ci95``, ``n``, ``verdict``, ``values``). ``fedsched
-evidence POLICY --write`` stores it in the checkpoint's metadata under ``evidence``; for a baseline
-(which has no checkpoint) in a file shipped with the package, ``common/data/evidence/NAME.json``
-(:func:`baseline_evidence` reads it: the packing check serves a baseline only where the gate
-admits it by this evidence).
+with ``S`` a paired summary (``mean``, ``ci95``, ``n``, ``verdict``, ``values``) and ``K`` the runs
+taken from the run cache (:mod:`fedsched.common.sim.run_cache`: kube-default's, and a baseline
+policy's, checked by replaying one of them). ``fedsched evidence POLICY --write`` stores it in
+the checkpoint's metadata under ``evidence``; for a baseline (which has no checkpoint) in a file
+shipped with the package, ``common/data/evidence/NAME.json`` (:func:`baseline_evidence` reads it:
+the packing check serves a baseline only where the gate admits it by this evidence).
 
 May import: ``fedsched.common.model``, ``fedsched.common.schedulers`` (the baseline names) and
 ``fedsched.common.sim``.
@@ -41,6 +43,7 @@ from fedsched.common.model.metrics import FAILED_REQUESTS, TROUBLE_SMOOTHING
 from fedsched.common.model.profiles import PROFILES
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate
 from fedsched.common.sim.paired import TROUBLE
+from fedsched.common.sim.run_cache import RunCache
 from fedsched.common.sim.scenarios import SCENARIOS, build
 
 log = logging.getLogger("fedsched.evidence")
@@ -61,23 +64,29 @@ ratios are always kept."""
 
 
 def paired_entry(spec: EvalSpec, policy: str, jobs: int | None = None,
-                 progress: Callable[[int, int, RunOutput], None] | None = None) -> dict[str, Any]:
+                 progress: Callable[[int, int, RunOutput], None] | None = None,
+                 cache: RunCache | None = None) -> dict[str, Any]:
     """One cluster's evidence: ``policy`` beside kube-default on ``spec``'s cluster and seeds
-    (``spec.policies`` and ``spec.reference`` are set here), the paired figures kept."""
+    (``spec.policies`` and ``spec.reference`` are set here), the paired figures kept; with a
+    ``cache``, kube-default's runs (and a baseline policy's) come from it where it has them
+    (:func:`fedsched.common.sim.evaluate.evaluate`)."""
     spec.policies, spec.reference = [REFERENCE, policy], REFERENCE
-    res = evaluate(spec, jobs=jobs, progress=progress)
+    res = evaluate(spec, jobs=jobs, progress=progress, cache=cache)
     paired = res["paired"][policy]
     return {"nodes": len(spec.nodes), "pods": len(spec.pods), "seeds": paired["seeds"],
             TROUBLE: paired[TROUBLE], "log_ratio": {m: paired["log_ratio"][m] for m in TROUBLE_SMOOTHING},
-            "diff": {m: v for m, v in paired["diff"].items() if m in KEPT_DIFFS}}
+            "diff": {m: v for m, v in paired["diff"].items() if m in KEPT_DIFFS},
+            "cached_runs": int(res.get("cached_runs", 0))}
 
 
 def collect(policy: str, profiles: Sequence[str] = PROFILES, seeds: int | None = None,
             jobs: int | None = None, quick: bool = False,
-            progress: Callable[[str, int, int, RunOutput], None] | None = None) -> dict[str, Any]:
+            progress: Callable[[str, int, int, RunOutput], None] | None = None,
+            cache: RunCache | None = None) -> dict[str, Any]:
     """``policy`` (a scheduler name or a checkpoint path) against kube-default on each profile's
     validation cluster; ``seeds`` replaces each scenario's seed count; ``quick`` uses the small
-    variants (for tests: too small to prove anything, the gate says so)."""
+    variants (for tests: too small to prove anything, the gate says so); ``cache`` as
+    :func:`paired_entry`'s."""
     unknown = [p for p in profiles if p not in PROFILE_SCENARIO]
     if unknown:
         raise ValueError(f"unknown profile(s) {', '.join(unknown)}; expected some of {', '.join(PROFILES)}")
@@ -96,7 +105,7 @@ def collect(policy: str, profiles: Sequence[str] = PROFILES, seeds: int | None =
             if progress is not None:
                 progress(profile, k, total, o)
 
-        out["profiles"][profile] = {"scenario": sc.name, **paired_entry(spec, policy, jobs, step)}
+        out["profiles"][profile] = {"scenario": sc.name, **paired_entry(spec, policy, jobs, step, cache)}
     return out
 
 

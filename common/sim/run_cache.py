@@ -1,0 +1,242 @@
+"""A cache of baselines' runs, so a benchmark or the gate's evidence replays only what is new.
+
+A baseline's run (:func:`fedsched.common.sim.evaluate.run_one`) is a pure function of the
+evaluation's cluster and pods, its options, the scheduler's name, the seed and the code: the same
+inputs give the same bits (the simulators and the baselines draw from seeded generators only).
+``fedsched evidence`` replays kube-default beside every policy it judges, half of its time; the
+online benchmark replays the same heuristics for every policy tried. :class:`RunCache` keeps each
+such run's :class:`~fedsched.common.sim.evaluate.RunOutput` in a JSON file under a key that
+hashes every input (:func:`spec_key`) and the code that computes it (:func:`code_fingerprint`:
+the source of ``fedsched.common``, numpy's, numba's and Python's versions and the CPU
+architecture), so a change to any of them misses the cache rather than reusing a stale figure.
+
+What is cached: the registered baselines only (``BASELINES``: kube-default and the heuristics).
+A learned policy or a checkpoint is never cached (a file beside the code may change under the
+same name), nor the oracle or a search.
+
+What :func:`fedsched.common.sim.evaluate.evaluate` does with a cache: runs found in it are not
+replayed, except one (the first in the order of the runs: policies, then seeds), which is
+replayed and compared with its cached figures; if any metric differs (beyond 1e-9 relative: a
+last-bit difference is float summation order, not another result) the cache is not trusted for
+this evaluation, every run is replayed and the cache rewritten. The result counts what came from
+the cache (``cached_runs``). An entry that cannot be read, is not an object of the expected form
+or was stored for another key is a miss (logged), never an error. Writes go to a temporary file
+renamed into place, so two processes sharing a cache never leave half a file.
+
+Where: ``FEDSCHED_RUN_CACHE`` if set, else ``$XDG_CACHE_HOME/fedsched/runs``, else
+``~/.cache/fedsched/runs`` (:func:`default_cache_dir`).
+
+May import: ``fedsched.common`` (the baseline names) and the standard library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from fedsched.common.sim.evaluate import EvalSpec, RunOutput
+
+log = logging.getLogger("fedsched.run_cache")
+
+CACHE_FORMAT = 1
+REL_TOL = 1e-9
+"""How far a replayed figure may be from its cached one and still agree (relative; see the docstring)."""
+
+
+def default_cache_dir() -> Path:
+    """``FEDSCHED_RUN_CACHE``, else ``$XDG_CACHE_HOME/fedsched/runs``, else ``~/.cache/fedsched/runs``."""
+    env = os.environ.get("FEDSCHED_RUN_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "fedsched" / "runs"
+
+
+def cacheable(policy: str) -> bool:
+    """Whether a run of ``policy`` may be cached: a registered baseline."""
+    from fedsched.common.schedulers import BASELINES
+
+    return policy in BASELINES
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """A hash of what a baseline's run depends on besides its inputs: every Python source of
+    ``fedsched.common`` (path and content), numpy's, numba's (if installed) and Python's versions
+    and the CPU architecture."""
+    import fedsched.common as common
+
+    root = Path(common.__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        h.update(str(path.relative_to(root)).encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    try:
+        import numba
+
+        numba_version = numba.__version__
+    except ImportError:
+        numba_version = "none"
+    h.update(f"numpy {np.__version__} numba {numba_version} python {sys.version} "
+             f"{platform.machine()}".encode())
+    return h.hexdigest()
+
+
+def _feed(h: Any, value: Any) -> None:
+    """Hash ``value`` unambiguously: arrays by dtype, shape and bytes; dataclasses field by field;
+    mappings with sorted keys; sequences element by element; scalars by type and repr."""
+    if isinstance(value, np.ndarray):
+        arr = np.ascontiguousarray(value)
+        h.update(f"array {arr.dtype.str} {arr.shape}|".encode())
+        if arr.dtype == object:
+            for v in arr.ravel():
+                _feed(h, v)
+        else:
+            h.update(arr.tobytes())
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        h.update(f"dataclass {type(value).__qualname__}|".encode())
+        for f in dataclasses.fields(value):
+            h.update(f"{f.name}=".encode())
+            _feed(h, getattr(value, f.name))
+    elif isinstance(value, dict):
+        h.update(f"dict {len(value)}|".encode())
+        for k in sorted(value, key=repr):
+            _feed(h, k)
+            _feed(h, value[k])
+    elif isinstance(value, (list, tuple)):
+        h.update(f"{type(value).__name__} {len(value)}|".encode())
+        for v in value:
+            _feed(h, v)
+    elif value is None or isinstance(value, (bool, int, float, str, np.generic)):
+        h.update(f"{type(value).__name__} {value!r}|".encode())
+    else:
+        raise TypeError(f"cannot fingerprint a {type(value).__name__} in an evaluation spec")
+
+
+def spec_key(spec: EvalSpec) -> str:
+    """A hash of everything of ``spec`` a single run reads (the cluster, the pods, the mode and
+    its options, the statistics pods and split) and of the code (:func:`code_fingerprint`); not
+    the policies or seeds, which key each entry beside it."""
+    h = hashlib.sha256()
+    h.update(f"format {CACHE_FORMAT} code {code_fingerprint()}|".encode())
+    for name in ("nodes", "pods", "mode", "target_load", "test_fraction", "train_pods", "replay_options"):
+        h.update(f"{name}=".encode())
+        _feed(h, getattr(spec, name))
+    return h.hexdigest()
+
+
+def agree(a: dict[str, Any], b: dict[str, Any], rel_tol: float = REL_TOL) -> bool:
+    """Whether two runs' metrics are the same figures: the same keys, each value equal, both NaN,
+    or floats within ``rel_tol`` of each other."""
+    if set(a) != set(b):
+        return False
+    for k, x in a.items():
+        y = b[k]
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+            if math.isnan(x) and math.isnan(y):
+                continue
+            if not math.isclose(x, y, rel_tol=rel_tol, abs_tol=0.0):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+class RunCache:
+    """Baselines' runs, one JSON file each under ``root`` (see the module docstring)."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root) if root is not None else default_cache_dir()
+
+    def _path(self, key: str, policy: str, seed: int) -> Path:
+        name = hashlib.sha256(f"{key}|{policy}|{int(seed)}".encode()).hexdigest()
+        return self.root / name[:2] / f"{name}.json"
+
+    def get(self, key: str, policy: str, seed: int) -> RunOutput | None:
+        """The cached run of ``policy`` on ``seed`` under ``key``, or None (not cacheable, not
+        there, or not readable as one: logged)."""
+        from fedsched.common.sim.evaluate import RunOutput
+
+        if not cacheable(policy):
+            return None
+        path = self._path(key, policy, seed)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            log.warning("run cache: cannot read %s (%s); replaying", path, e)
+            return None
+        try:
+            entry = json.loads(text)
+            if not isinstance(entry, dict) or entry.get("format") != CACHE_FORMAT:
+                raise ValueError("not a cache entry of this format")
+            if entry.get("key") != key or entry.get("policy") != policy or entry.get("seed") != int(seed):
+                raise ValueError("stored for another run")
+            run = entry["run"]
+            metrics = run["metrics"]
+            if not isinstance(metrics, dict) or not all(
+                    isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                    for k, v in metrics.items()):
+                raise ValueError("metrics are not a mapping of names to numbers")
+            curve = run.get("curve")
+            if curve is not None and not (isinstance(curve, list)
+                                          and all(isinstance(v, (int, float)) for v in curve)):
+                raise ValueError("curve is not a list of numbers")
+            for name in ("idle_gpu", "choice"):
+                if run.get(name) is not None and not isinstance(run[name], dict):
+                    raise ValueError(f"{name} is not an object")
+            return RunOutput(policy, int(seed), dict(metrics),
+                             None if curve is None else [float(v) for v in curve],
+                             run.get("idle_gpu"), run.get("choice"))
+        except (ValueError, KeyError, TypeError) as e:
+            log.warning("run cache: ignoring %s (%s); replaying", path, e)
+            return None
+
+    def put(self, key: str, out: RunOutput) -> None:
+        """Store ``out`` (a cacheable policy's run) under ``key``; a failure to write is logged,
+        never raised (the run's figures are in hand)."""
+        if not cacheable(out.policy):
+            return
+        path = self._path(key, out.policy, out.seed)
+        entry = {"format": CACHE_FORMAT, "key": key, "policy": out.policy, "seed": int(out.seed),
+                 "run": {"metrics": out.metrics, "curve": out.curve, "idle_gpu": out.idle_gpu,
+                         "choice": out.choice}}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(entry, f, allow_nan=True, default=_plain)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except (OSError, TypeError, ValueError) as e:
+            log.warning("run cache: cannot write %s (%s)", path, e)
+
+
+def _plain(x: Any) -> Any:
+    """numpy scalars and arrays inside a run's extra fields, as JSON takes them."""
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON serialisable")

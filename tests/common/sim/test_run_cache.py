@@ -1,0 +1,192 @@
+"""The run cache: baselines' runs taken from it give the figures a replay gives, bit for bit; a
+changed input, code or environment misses it or is caught by the replayed check; nothing it holds
+can break an evaluation."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedsched.common.schedulers import LEARNED_ONLINE, default_policy_path
+from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate
+from fedsched.common.sim.evidence import collect
+from fedsched.common.sim.run_cache import RunCache, agree, cacheable, default_cache_dir, spec_key
+from fedsched.common.sim.scenarios import SCENARIOS, build
+
+POLICIES = ["kube-default", "least-allocated"]
+SEEDS = [100, 101]
+
+
+def _spec(seed: int = 31, **replay) -> EvalSpec:
+    spec = build(SCENARIOS["edge"], quick=True, seed=seed)
+    spec.replay_options |= replay
+    spec.policies, spec.seeds, spec.reference = list(POLICIES), list(SEEDS), "kube-default"
+    return spec
+
+
+def _same(a, b) -> bool:
+    """Equal figures, NaN included (NaN != NaN)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _entries(cache: RunCache) -> list:
+    return sorted(p for p in cache.root.rglob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    """The figures of a replay without any cache."""
+    return evaluate(_spec(), jobs=1)
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    """A cache holding every run of :func:`_spec` (copy it before changing it)."""
+    root = tmp_path_factory.mktemp("filled")
+    evaluate(_spec(), jobs=1, cache=RunCache(root))
+    return root
+
+
+def _copy_of(filled, tmp_path) -> RunCache:
+    shutil.copytree(filled, tmp_path / "cache")
+    return RunCache(tmp_path / "cache")
+
+
+def test_cached_runs_give_the_replays_figures_bit_for_bit(tmp_path, fresh):
+    cache = RunCache(tmp_path)
+    first = evaluate(_spec(), jobs=1, cache=cache)
+    assert first["cached_runs"] == 0 and len(_entries(cache)) == 4
+    seen = []
+    second = evaluate(_spec(), jobs=2, cache=cache, progress=lambda k, n, o: seen.append((k, n)))
+    assert second["cached_runs"] == 3  # all four runs cached, one replayed to check them
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    for res in (first, second):
+        assert _same(res["runs"], fresh["runs"])
+        assert _same(res["paired"], fresh["paired"])
+
+
+def test_another_input_misses_the_cache(tmp_path, filled):
+    cache = _copy_of(filled, tmp_path)
+    assert evaluate(_spec(seed=32), jobs=1, cache=cache)["cached_runs"] == 0  # another cluster
+    assert evaluate(_spec(target_load=0.7), jobs=1, cache=cache)["cached_runs"] == 0  # another option
+    spec = _spec()
+    spec.seeds = [100, 102]  # one seed cached per policy: one taken, one replayed to check it
+    assert evaluate(spec, jobs=1, cache=cache)["cached_runs"] == 1
+
+
+def test_a_cached_figure_that_a_replay_contradicts_is_not_trusted(tmp_path, fresh, filled, caplog):
+    cache = _copy_of(filled, tmp_path)
+    key = spec_key(_spec())
+    # What another environment (a library, a CPU the fingerprint does not see) would have stored:
+    # every entry off by a little more than the tolerance.
+    for path in _entries(cache):
+        entry = json.loads(path.read_text())
+        metrics = entry["run"]["metrics"]
+        metrics["hot_cpu_node_s"] = metrics["hot_cpu_node_s"] * (1 + 1e-6) + 1.0
+        path.write_text(json.dumps(entry))
+    with caplog.at_level(logging.WARNING, logger="fedsched.evaluate"):
+        res = evaluate(_spec(), jobs=1, cache=cache)
+    assert res["cached_runs"] == 0 and "differs from its cached figures" in caplog.text
+    assert _same(res["runs"], fresh["runs"])
+    for p in POLICIES:  # rewritten with the replayed figures
+        for s in SEEDS:
+            assert _same(cache.get(key, p, s).metrics, fresh["runs"][p][str(s)])
+
+
+@pytest.mark.parametrize("bad", [
+    "", "{", "[]", "null", '{"format": 99}',
+    '{"format": 1, "key": "another", "policy": "kube-default", "seed": 100, "run": {"metrics": {}}}',
+    "METRICS_AS_STRING", "CURVE_AS_STRING", "IDLE_AS_LIST", "WRONG_POLICY",
+])
+def test_an_entry_it_cannot_use_is_a_miss_never_an_error(tmp_path, fresh, filled, bad, caplog):
+    cache = _copy_of(filled, tmp_path)
+    key = spec_key(_spec())
+    for path in _entries(cache):
+        entry = json.loads(path.read_text())
+        text = {"METRICS_AS_STRING": json.dumps({**entry, "run": {**entry["run"], "metrics": {"a": "1"}}}),
+                "CURVE_AS_STRING": json.dumps({**entry, "run": {**entry["run"], "curve": "x"}}),
+                "IDLE_AS_LIST": json.dumps({**entry, "run": {**entry["run"], "idle_gpu": [1]}}),
+                "WRONG_POLICY": json.dumps({**entry, "policy": "fgd"})}.get(bad, bad)
+        path.write_text(text)
+    with caplog.at_level(logging.WARNING, logger="fedsched.run_cache"):
+        assert cache.get(key, "kube-default", 100) is None
+        res = evaluate(_spec(), jobs=1, cache=cache)
+    assert "ignoring" in caplog.text
+    assert res["cached_runs"] == 0
+    assert _same(res["runs"], fresh["runs"])
+    assert cache.get(key, "kube-default", 100) is not None  # replaced by the replay's
+
+
+def test_an_unwritable_cache_costs_the_cache_not_the_result(tmp_path, fresh, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    cache = RunCache(blocker / "runs")
+    with caplog.at_level(logging.WARNING, logger="fedsched.run_cache"):
+        res = evaluate(_spec(), jobs=1, cache=cache)
+    assert "cannot write" in caplog.text and _same(res["paired"], fresh["paired"])
+
+
+def test_only_baselines_are_cached(tmp_path):
+    policy = tmp_path / "p.pt"
+    shutil.copy(default_policy_path(LEARNED_ONLINE), policy)
+    assert cacheable("kube-default") and cacheable("fgd")
+    assert not cacheable(str(policy)) and not cacheable(LEARNED_ONLINE) and not cacheable("oracle")
+    assert not cacheable("lookahead:fgd")
+    cache = RunCache(tmp_path / "cache")
+    spec = _spec()
+    spec.policies, spec.seeds = ["kube-default", str(policy)], [100]
+    evaluate(spec, jobs=1, cache=cache)
+    key = spec_key(spec)
+    assert cache.get(key, "kube-default", 100) is not None
+    assert len(_entries(cache)) == 1
+    # a stored entry for a policy that is not cacheable is never read back
+    cache.put(key, RunOutput("kube-default", 101, {"x": 1.0}, None))
+    assert cache.get(key, str(policy), 101) is None
+
+
+def test_the_evidence_takes_kube_defaults_runs_from_the_cache(tmp_path):
+    cache = RunCache(tmp_path)
+    first = collect("least-allocated", ["edge"], seeds=2, jobs=1, quick=True, cache=cache)
+    second = collect("least-allocated", ["edge"], seeds=2, jobs=1, quick=True, cache=cache)
+    assert first["profiles"]["edge"]["cached_runs"] == 0 and second["profiles"]["edge"]["cached_runs"] == 3
+    first["profiles"]["edge"].pop("cached_runs")
+    second["profiles"]["edge"].pop("cached_runs")
+    assert _same(first, second)
+
+
+def test_the_default_directory_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("FEDSCHED_RUN_CACHE", str(tmp_path / "a"))
+    assert default_cache_dir() == tmp_path / "a"
+    monkeypatch.delenv("FEDSCHED_RUN_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "fedsched" / "runs"
+    assert RunCache().root == default_cache_dir()
+
+
+def test_agree_is_equality_up_to_the_last_bits():
+    assert agree({"a": 1.0, "b": float("nan"), "c": 3}, {"a": 1.0 + 1e-15, "b": float("nan"), "c": 3})
+    assert not agree({"a": 1.0}, {"a": 1.0 + 1e-6})
+    assert not agree({"a": 1.0}, {"a": 1.0, "b": 2.0})
+    assert not agree({"a": float("nan")}, {"a": 0.0})
+    assert not agree({"a": 0.0}, {"a": 1e-300})  # no absolute tolerance: 0 is 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=st.dictionaries(st.text(max_size=4), st.one_of(st.floats(allow_nan=False), st.integers(),
+                                                        st.tuples(st.integers(), st.integers())), max_size=4),
+       b=st.dictionaries(st.text(max_size=4), st.one_of(st.floats(allow_nan=False), st.integers(),
+                                                        st.tuples(st.integers(), st.integers())), max_size=4))
+def test_the_key_tells_apart_options_that_differ(a, b):
+    base = _SPEC_CACHE.setdefault("spec", _spec())
+    x = EvalSpec(**{**base.__dict__, "replay_options": a})
+    y = EvalSpec(**{**base.__dict__, "replay_options": b})
+    same = {k: (type(v), repr(v)) for k, v in a.items()} == {k: (type(v), repr(v)) for k, v in b.items()}
+    assert (spec_key(x) == spec_key(y)) == same
+
+
+_SPEC_CACHE: dict[str, EvalSpec] = {}
