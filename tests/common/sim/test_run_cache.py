@@ -89,9 +89,11 @@ def test_a_cached_figure_that_a_replay_contradicts_is_not_trusted(tmp_path, fres
         metrics = entry["run"]["metrics"]
         metrics["hot_cpu_node_s"] = metrics["hot_cpu_node_s"] * (1 + 1e-6) + 1.0
         path.write_text(json.dumps(entry))
+    seen = []
     with caplog.at_level(logging.WARNING, logger="fedsched.evaluate"):
-        res = evaluate(_spec(), jobs=1, cache=cache)
+        res = evaluate(_spec(), jobs=1, cache=cache, progress=lambda k, n, o: seen.append((k, n)))
     assert res["cached_runs"] == 0 and "differs from its cached figures" in caplog.text
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]  # the check, then the three cached runs replayed
     assert _same(res["runs"], fresh["runs"])
     for p in POLICIES:  # rewritten with the replayed figures
         for s in SEEDS:

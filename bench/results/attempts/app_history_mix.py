@@ -1,0 +1,127 @@
+"""Attempt (issue 24, web's OOM gap): the shipped ``learned-online`` beside the observable form of
+the oracle's rule (``app-history-now`` of ``app_history_probe.py``: each application's use per
+request as its running pods show it, a node's load the sum over its bound pods of request x their
+application's ratio). Names it adds:
+
+- ``ah-guard``: the policy's ranking, except that nodes whose estimated memory after the placement
+  passes the oracle's guard (85%) rank below every node that keeps it (the oracle's memory rule on
+  the estimates; the policy's order inside each group);
+- ``ah-mix[L]``: the guard as above, and inside each group ``policy score + L * (-cpu_risk) / s``,
+  where ``s`` is the ratio of the two scores' spreads over the candidates measured on the first
+  decisions of the run (so ``L`` = 1 gives the oracle's CPU term the policy's own spread; the scale
+  is measured, never fitted on outcomes).
+
+Run on the roll-out gate's validation clusters (``fedsched evidence``'s, never the benchmark's),
+in the evidence's form (``compare_evidence.py`` pairs it with the shipped policy's evidence)::
+
+    python bench/results/attempts/app_history_mix.py --policy ah-guard --profiles web --seeds 60 \\
+        --json bench/results/attempts/evidence_ah_guard.json
+
+A probe, not a scheduler: it reads the replay's usage model through private attributes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fedsched.common.learning.scorers import scheduler_from_checkpoint
+from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.schedulers import RESOLVERS, Scheduler, SchedulerContext, default_policy_path
+from fedsched.common.sim.evidence import collect
+from fedsched.common.sim.replay import ReplaySimulator
+from fedsched.common.sim.replay.oracle import GUARD_OFFSET
+from fedsched.common.sim.run_cache import RunCache
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from app_history_probe import AppHistory
+
+SCALE_DECISIONS = 200  # decisions whose score spreads set the scale s
+
+
+class AppHistoryMix(Scheduler):
+    name = "ah-mix"
+
+    def __init__(self, ctx: SchedulerContext, weight: float | None) -> None:
+        super().__init__(ctx)
+        self.policy = scheduler_from_checkpoint(default_policy_path("learned-online"), ctx)
+        self.ah = AppHistory(ctx, tau=1.0, every=60.0)
+        self.weight = weight  # None: the guard alone
+        self.spreads: list[tuple[float, float]] = []
+        self.scale: float | None = None
+        self.changed = 0
+        self.decisions = 0
+
+    def attach_simulator(self, sim: ReplaySimulator) -> None:
+        self.ah.attach_simulator(sim)
+
+    def select_gpus(self, *args, **kwargs):
+        return self.policy.select_gpus(*args, **kwargs)
+
+    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
+        p = np.asarray(self.policy.score(state, pod, nodes), dtype=np.float64)
+        a = np.asarray(self.ah.score(state, pod, nodes), dtype=np.float64)
+        guarded = a <= -GUARD_OFFSET + 1e-9  # past the memory guard (score -1000 - mem_after)
+        out = p.copy()
+        if self.weight is not None:
+            risk = np.where(guarded, 0.0, -a)
+            if self.scale is None and len(nodes) > 1:
+                self.spreads.append((float(np.std(p)), float(np.std(risk[~guarded])) if (~guarded).sum() > 1
+                                     else 0.0))
+                if len(self.spreads) >= SCALE_DECISIONS:
+                    sp, sr = np.mean(self.spreads, axis=0)
+                    self.scale = sp / sr if sr > 0 else 0.0
+            s = self.scale if self.scale is not None else 0.0
+            out = out - self.weight * s * risk
+        span = float(np.ptp(out)) if len(out) else 0.0
+        out = np.where(guarded, out - 2.0 * span - 1.0, out)  # below every kept node, the order kept
+        self.decisions += 1
+        self.changed += int(len(nodes) > 0 and np.argmax(out) != np.argmax(p))
+        return out
+
+
+def resolve(name: str, ctx: SchedulerContext) -> Scheduler | None:
+    if name == "ah-guard":
+        return AppHistoryMix(ctx, None)
+    m = re.fullmatch(r"ah-mix\[([0-9.]+)\]", name)
+    if m:
+        return AppHistoryMix(ctx, float(m.group(1)))
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policy", default="ah-guard")
+    ap.add_argument("--profiles", default="web")
+    ap.add_argument("--seeds", type=int, default=60)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--json", dest="json_out", required=True)
+    args = ap.parse_args()
+    RESOLVERS.insert(0, resolve)
+    t0 = time.time()
+
+    def progress(profile: str, k: int, n: int, o) -> None:
+        print(f"[{profile}] {k}/{n} {o.policy} seed {o.seed} ({time.time() - t0:.0f} s)", file=sys.stderr,
+              flush=True)
+
+    ev = collect(args.policy, [p for p in args.profiles.split(",") if p], seeds=args.seeds, jobs=args.jobs,
+                 progress=progress, cache=RunCache())
+    ev |= {"policy": args.policy, "wall_s": time.time() - t0,
+           "recipe": "python bench/results/attempts/app_history_mix.py " + " ".join(sys.argv[1:])}
+    for profile, e in ev["profiles"].items():
+        t = e["trouble_score"]
+        print(f"{profile}: trouble {t['mean']:+.3f} ± {t['ci95']:.3f}; "
+              + ", ".join(f"{m} {v['mean']:+.3f} ± {v['ci95']:.3f}" for m, v in e["log_ratio"].items())
+              + f" ({e['cached_runs']} runs from the cache)")
+    Path(args.json_out).write_text(json.dumps(ev, indent=1, allow_nan=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
