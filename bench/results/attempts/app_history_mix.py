@@ -22,25 +22,21 @@ A probe, not a scheduler: it reads the replay's usage model through private attr
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 from fedsched.common.learning.scorers import scheduler_from_checkpoint
 from fedsched.common.model.cluster import ClusterState, Pod
-from fedsched.common.schedulers import RESOLVERS, Scheduler, SchedulerContext, default_policy_path
-from fedsched.common.sim.evidence import collect
+from fedsched.common.schedulers import Scheduler, SchedulerContext, default_policy_path
 from fedsched.common.sim.replay import ReplaySimulator
 from fedsched.common.sim.replay.oracle import GUARD_OFFSET
-from fedsched.common.sim.run_cache import RunCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from app_history_probe import AppHistory
+from app_history_validation import main
 
 SCALE_DECISIONS = 200  # decisions whose score spreads set the scale s
 
@@ -95,33 +91,5 @@ def resolve(name: str, ctx: SchedulerContext) -> Scheduler | None:
     return None
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--policy", default="ah-guard")
-    ap.add_argument("--profiles", default="web")
-    ap.add_argument("--seeds", type=int, default=60)
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--json", dest="json_out", required=True)
-    args = ap.parse_args()
-    RESOLVERS.insert(0, resolve)
-    t0 = time.time()
-
-    def progress(profile: str, k: int, n: int, o) -> None:
-        print(f"[{profile}] {k}/{n} {o.policy} seed {o.seed} ({time.time() - t0:.0f} s)", file=sys.stderr,
-              flush=True)
-
-    ev = collect(args.policy, [p for p in args.profiles.split(",") if p], seeds=args.seeds, jobs=args.jobs,
-                 progress=progress, cache=RunCache())
-    ev |= {"policy": args.policy, "wall_s": time.time() - t0,
-           "recipe": "python bench/results/attempts/app_history_mix.py " + " ".join(sys.argv[1:])}
-    for profile, e in ev["profiles"].items():
-        t = e["trouble_score"]
-        print(f"{profile}: trouble {t['mean']:+.3f} ± {t['ci95']:.3f}; "
-              + ", ".join(f"{m} {v['mean']:+.3f} ± {v['ci95']:.3f}" for m, v in e["log_ratio"].items())
-              + f" ({e['cached_runs']} runs from the cache)")
-    Path(args.json_out).write_text(json.dumps(ev, indent=1, allow_nan=True))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(resolve, default="ah-guard"))

@@ -15,25 +15,31 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from fedsched.common.schedulers import RESOLVERS
+from fedsched.common.schedulers import RESOLVERS, Scheduler, SchedulerContext
 from fedsched.common.sim.evidence import collect
 from fedsched.common.sim.run_cache import RunCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from app_history_probe import resolve
 
+Resolver = Callable[[str, SchedulerContext], Scheduler | None]
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--policy", default="app-history-now", choices=("app-history-now", "app-history"))
+
+def main(*resolvers: Resolver, default: str = "app-history-now") -> int:
+    """Parse the command line, register ``resolvers`` (the probe's by default) and write the evidence."""
+    ap = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policy", default=default)
     ap.add_argument("--profiles", default="web")
     ap.add_argument("--seeds", type=int, default=60)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", dest="json_out", required=True)
     args = ap.parse_args()
-    RESOLVERS.insert(0, resolve)
+    for r in resolvers or (resolve,):
+        RESOLVERS.insert(0, r)
     t0 = time.time()
 
     def progress(profile: str, k: int, n: int, o) -> None:
@@ -43,7 +49,7 @@ def main() -> int:
     ev = collect(args.policy, [p for p in args.profiles.split(",") if p], seeds=args.seeds, jobs=args.jobs,
                  progress=progress, cache=RunCache())
     ev |= {"policy": args.policy, "wall_s": time.time() - t0,
-           "recipe": "python bench/results/attempts/app_history_validation.py " + " ".join(sys.argv[1:])}
+           "recipe": f"python bench/results/attempts/{Path(sys.argv[0]).name} " + " ".join(sys.argv[1:])}
     for profile, e in ev["profiles"].items():
         t = e["trouble_score"]
         print(f"{profile}: trouble {t['mean']:+.3f} ± {t['ci95']:.3f}; "
