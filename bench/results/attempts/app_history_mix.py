@@ -9,7 +9,10 @@ application's ratio). Names it adds:
 - ``ah-mix[L]``: the guard as above, and inside each group ``policy score + L * (-cpu_risk) / s``,
   where ``s`` is the ratio of the two scores' spreads over the candidates measured on the first
   decisions of the run (so ``L`` = 1 gives the oracle's CPU term the policy's own spread; the scale
-  is measured, never fitted on outcomes).
+  is measured, never fitted on outcomes);
+- ``ah-fill[F]``: ``app-history-now`` alone with the oracle's fill weight ``F`` (default 0.5): how
+  much of the node's free requests its CPU risk projects at the workload's use per request (1: the
+  node counted as if full, which favours nodes with less room left: fewer stranded large pods?).
 
 Run on the roll-out gate's validation clusters (``fedsched evidence``'s, never the benchmark's),
 in the evidence's form (``compare_evidence.py`` pairs it with the shipped policy's evidence)::
@@ -32,7 +35,7 @@ from fedsched.common.learning.scorers import scheduler_from_checkpoint
 from fedsched.common.model.cluster import ClusterState, Pod
 from fedsched.common.schedulers import Scheduler, SchedulerContext, default_policy_path
 from fedsched.common.sim.replay import ReplaySimulator
-from fedsched.common.sim.replay.oracle import GUARD_OFFSET
+from fedsched.common.sim.replay.oracle import GUARD_OFFSET, OracleArgs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from app_history_probe import AppHistory
@@ -88,6 +91,12 @@ def resolve(name: str, ctx: SchedulerContext) -> Scheduler | None:
     m = re.fullmatch(r"ah-mix\[([0-9.]+)\]", name)
     if m:
         return AppHistoryMix(ctx, float(m.group(1)))
+    m = re.fullmatch(r"ah-fill\[([0-9.]+)\]", name)
+    if m:  # app-history-now alone, the oracle's fill weight F instead of its default 0.5
+        ah = AppHistory(ctx, tau=1.0, every=60.0)
+        ah.args = OracleArgs(fill=float(m.group(1)))
+        ah.name = name
+        return ah
     return None
 
 

@@ -79,6 +79,15 @@ def test_another_input_misses_the_cache(tmp_path, filled):
     assert evaluate(spec, jobs=1, cache=cache)["cached_runs"] == 1
 
 
+def test_another_code_misses_the_cache(tmp_path, filled, monkeypatch):
+    import fedsched.common.sim.run_cache as run_cache
+
+    cache = _copy_of(filled, tmp_path)
+    assert run_cache.code_fingerprint() == run_cache.code_fingerprint()  # stable within a process
+    monkeypatch.setattr(run_cache, "code_fingerprint", lambda: "another version of fedsched.common")
+    assert evaluate(_spec(), jobs=1, cache=cache)["cached_runs"] == 0
+
+
 def test_a_cached_figure_that_a_replay_contradicts_is_not_trusted(tmp_path, fresh, filled, caplog):
     cache = _copy_of(filled, tmp_path)
     key = spec_key(_spec())
