@@ -27,6 +27,7 @@ from fedsched.common.schedulers import RESOLVERS
 from fedsched.common.schedulers.base import Scheduler, SchedulerContext
 from fedsched.common.sim.replay import ReplaySimulator
 from fedsched.common.sim.replay.oracle import Oracle
+from fedsched.common.sim.replay.usage import _CUR, UsageModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/, for online_quality
 import online_quality
@@ -59,11 +60,7 @@ class AppHistory(Oracle):
         now = sim.now
         if now - self.last < self.every:
             return
-        if u._app_code:
-            u.app_usage(next(iter(u._app_code)))  # fills the per-application sums
-        if u._app_sums is None:
-            return
-        use, tot = u._app_sums
+        use, tot = _app_sums(u)
         ok = tot[0] > 0
         ratio = np.where(ok, use / np.maximum(tot, 1e-12), np.nan)
         w = 1.0 if not np.isfinite(self.last) else 1.0 - np.exp(-(now - self.last) / self.tau)
@@ -91,6 +88,25 @@ class AppHistory(Oracle):
     def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         self._sample()
         return super().score(state, pod, nodes)
+
+
+def _app_sums(u: UsageModel) -> tuple[np.ndarray, np.ndarray]:
+    """Every application's (CPU, memory) current use and non-zero requests over its running pods,
+    as rows ``[cpu, mem]`` x applications: the sums ``UsageModel.app_usage`` divides, computed here
+    for all applications at once. (Until 2026-12-07 this probe read the model's cached numpy sums,
+    which the compiled ``app_usage`` of 2026-12-04 no longer fills: the probe then saw no
+    application at all and scored requests x 0.5, a CPU LeastAllocated.)"""
+    k = u._n_active
+    rows = u._s_pod[:k]
+    d = u._app_dense[rows]
+    keep = d >= 0
+    d, rows = d[keep], rows[keep]
+    cur = u._sf[_CUR:_CUR + 2, :k][:, keep]
+    req = u._req_nz[:, rows]
+    n = u._n_apps
+    use = np.stack([np.bincount(d, weights=cur[0], minlength=n), np.bincount(d, weights=cur[1], minlength=n)])
+    tot = np.stack([np.bincount(d, weights=req[0], minlength=n), np.bincount(d, weights=req[1], minlength=n)])
+    return use, tot
 
 
 def resolve(name: str, ctx: SchedulerContext) -> Scheduler | None:
