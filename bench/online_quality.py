@@ -382,7 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds is not None and args.seeds < 1:
         ap.error("--seeds must be at least 1 (one seed runs, but has no interval and no verdict)")
     jobs = args.jobs or os.cpu_count() or 1
-    cache = None if args.no_run_cache else RunCache(args.run_cache)
+    try:
+        cache = None if args.no_run_cache else RunCache(args.run_cache)
+    except ValueError as e:
+        ap.error(f"--run-cache: {e}")
     t_all = time.time()
     out: dict[str, Any] = {
         "benchmark": "online_quality", "quick": args.quick, "heldout": args.heldout, "policies": policies,

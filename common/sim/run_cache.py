@@ -163,6 +163,8 @@ class RunCache:
     """Baselines' runs, one JSON file each under ``root`` (see the module docstring)."""
 
     def __init__(self, root: str | Path | None = None) -> None:
+        if root is not None and not str(root).strip():
+            raise ValueError("the run cache's directory is empty (give a path, or no cache)")
         self.root = Path(root) if root is not None else default_cache_dir()
 
     def _path(self, key: str, policy: str, seed: int) -> Path:

@@ -177,6 +177,8 @@ def test_the_default_directory_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_cache_dir() == tmp_path / "xdg" / "fedsched" / "runs"
     assert RunCache().root == default_cache_dir()
+    with pytest.raises(ValueError, match="empty"):
+        RunCache(" ")
 
 
 def test_agree_is_equality_up_to_the_last_bits():
