@@ -43,7 +43,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "common.model": (),
     "common.schedulers": ("common.model",),
     "common.learning": ("common.model", "common.schedulers", "common.files"),
-    "common.sim": ("common.model", "common.schedulers", "common.learning", "common.compute"),
+    "common.sim": ("common.model", "common.schedulers", "common.learning", "common.compute", "common.files"),
     "common.sim.replay.config": ("common.model",),
     # replay's parts compose: workload, usage and churn read config only, never the simulator
     # that owns them (nor one another); the simulator uses them all

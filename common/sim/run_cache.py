@@ -20,13 +20,13 @@ replayed and compared with its cached figures; if any metric differs (beyond 1e-
 last-bit difference is float summation order, not another result) the cache is not trusted for
 this evaluation, every run is replayed and the cache rewritten. The result counts what came from
 the cache (``cached_runs``). An entry that cannot be read, is not an object of the expected form
-or was stored for another key is a miss (logged), never an error. Writes go to a temporary file
-renamed into place, so two processes sharing a cache never leave half a file.
+or was stored for another key is a miss (logged), never an error. Writes go through
+:func:`fedsched.common.files.atomic_write`, so two processes sharing a cache never leave half a file.
 
 Where: ``FEDSCHED_RUN_CACHE`` if set, else ``$XDG_CACHE_HOME/fedsched/runs``, else
 ``~/.cache/fedsched/runs`` (:func:`default_cache_dir`).
 
-May import: ``fedsched.common`` (the baseline names) and the standard library.
+May import: ``fedsched.common`` (the baseline names, the atomic write) and the standard library.
 """
 
 from __future__ import annotations
@@ -39,12 +39,13 @@ import math
 import os
 import platform
 import sys
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from fedsched.common.files import atomic_write
 
 if TYPE_CHECKING:
     from fedsched.common.sim.evaluate import EvalSpec, RunOutput
@@ -222,15 +223,7 @@ class RunCache:
                  "run": {"metrics": out.metrics, "curve": out.curve, "idle_gpu": out.idle_gpu,
                          "choice": out.choice}}
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump(entry, f, allow_nan=True, default=_plain)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            atomic_write(path, json.dumps(entry, allow_nan=True, default=_plain).encode())
         except (OSError, TypeError, ValueError) as e:
             log.warning("run cache: cannot write %s (%s)", path, e)
 
