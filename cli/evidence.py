@@ -41,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-cache", default=None,
                    help="where kube-default's runs are cached between evidence runs (default: "
                         "FEDSCHED_RUN_CACHE, else ~/.cache/fedsched/runs); one cached run is replayed "
-                        "to check the rest")
+                        "to check the rest; the least recently used go past FEDSCHED_RUN_CACHE_MAX_MB "
+                        "(default 1024)")
     p.add_argument("--no-run-cache", action="store_true", help="replay kube-default every time")
     p.set_defaults(func=run)
 

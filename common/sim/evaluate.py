@@ -159,7 +159,8 @@ def evaluate(spec: EvalSpec, jobs: int | None = None,
 
     With a ``cache`` (:class:`fedsched.common.sim.run_cache.RunCache`) the baselines' runs found
     in it are not replayed but one, replayed to check them (a mismatch replays them all); new
-    baseline runs are stored; ``cached_runs`` in the result counts the runs taken from it.
+    baseline runs are stored (and the cache pruned to its size); ``cached_runs`` in the result
+    counts the runs taken from it.
     """
     train, _ = split(spec)
     for p in spec.policies:  # fail fast on unknown names, before any worker starts
@@ -194,6 +195,8 @@ def evaluate(spec: EvalSpec, jobs: int | None = None,
     if cache is not None:
         for o in ran.values():
             cache.put(key, o)
+        if ran:
+            cache.prune()
     result = aggregate(spec, outputs)
     if cache is not None:
         result["cached_runs"] = len(cached)

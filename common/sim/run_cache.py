@@ -26,11 +26,18 @@ or was stored for another key is a miss (logged), never an error. Writes go thro
 Where: ``FEDSCHED_RUN_CACHE`` if set, else ``$XDG_CACHE_HOME/fedsched/runs``, else
 ``~/.cache/fedsched/runs`` (:func:`default_cache_dir`).
 
+How big: every code version keys its own entries (about 3 KB a run), so the cache is bounded.
+:meth:`RunCache.prune` (called by ``evaluate`` after it stored new runs) removes the least
+recently used entries (a hit refreshes an entry's time) once the entries pass ``max_bytes``
+(``FEDSCHED_RUN_CACHE_MAX_MB`` if set, else :data:`DEFAULT_MAX_BYTES`), down to
+:data:`PRUNE_TO` of it, and temporary files a killed writer left behind an hour ago or more.
+
 May import: ``fedsched.common`` (the baseline names, the atomic write) and the standard library.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -39,6 +46,7 @@ import math
 import os
 import platform
 import sys
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +61,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("fedsched.run_cache")
 
 CACHE_FORMAT = 1
+DEFAULT_MAX_BYTES = 1 << 30
+"""The entries' total size past which :meth:`RunCache.prune` removes the least recently used (1 GiB)."""
+PRUNE_TO = 0.75
+"""What a prune leaves, as a fraction of the limit (so the next runs do not prune again at once)."""
+STALE_TMP_S = 3600.0
+"""A writer's temporary file this old (seconds) was left by a killed process: a prune removes it."""
 REL_TOL = 1e-9
 """How far a replayed figure may be from its cached one and still agree (relative; see the docstring)."""
 
@@ -160,13 +174,33 @@ def agree(a: dict[str, Any], b: dict[str, Any], rel_tol: float = REL_TOL) -> boo
     return True
 
 
-class RunCache:
-    """Baselines' runs, one JSON file each under ``root`` (see the module docstring)."""
+def default_max_bytes() -> int:
+    """``FEDSCHED_RUN_CACHE_MAX_MB`` (megabytes, a positive number) in bytes, else
+    :data:`DEFAULT_MAX_BYTES`."""
+    env = os.environ.get("FEDSCHED_RUN_CACHE_MAX_MB", "").strip()
+    if not env:
+        return DEFAULT_MAX_BYTES
+    try:
+        mb = float(env)
+    except ValueError:
+        mb = math.nan
+    if not (math.isfinite(mb) and mb > 0):
+        raise ValueError(f"FEDSCHED_RUN_CACHE_MAX_MB={env!r}: expected a positive number of megabytes")
+    return max(1, int(mb * 1e6))
 
-    def __init__(self, root: str | Path | None = None) -> None:
+
+class RunCache:
+    """Baselines' runs, one JSON file each under ``root``, at most about ``max_bytes`` of them
+    (see the module docstring)."""
+
+    def __init__(self, root: str | Path | None = None, max_bytes: int | None = None) -> None:
         if root is not None and not str(root).strip():
             raise ValueError("the run cache's directory is empty (give a path, or no cache)")
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
+                                      or max_bytes <= 0):
+            raise ValueError(f"the run cache's max_bytes must be a positive integer, got {max_bytes!r}")
         self.root = Path(root) if root is not None else default_cache_dir()
+        self.max_bytes = default_max_bytes() if max_bytes is None else max_bytes
 
     def _path(self, key: str, policy: str, seed: int) -> Path:
         name = hashlib.sha256(f"{key}|{policy}|{int(seed)}".encode()).hexdigest()
@@ -206,12 +240,15 @@ class RunCache:
             for name in ("idle_gpu", "choice"):
                 if run.get(name) is not None and not isinstance(run[name], dict):
                     raise ValueError(f"{name} is not an object")
-            return RunOutput(policy, int(seed), dict(metrics),
-                             None if curve is None else [float(v) for v in curve],
-                             run.get("idle_gpu"), run.get("choice"))
+            out = RunOutput(policy, int(seed), dict(metrics),
+                            None if curve is None else [float(v) for v in curve],
+                            run.get("idle_gpu"), run.get("choice"))
         except (ValueError, KeyError, TypeError) as e:
             log.warning("run cache: ignoring %s (%s); replaying", path, e)
             return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # used now: the last entry a prune removes
+        return out
 
     def put(self, key: str, out: RunOutput) -> None:
         """Store ``out`` (a cacheable policy's run) under ``key``; a failure to write is logged,
@@ -226,6 +263,58 @@ class RunCache:
             atomic_write(path, json.dumps(entry, allow_nan=True, default=_plain).encode())
         except (OSError, TypeError, ValueError) as e:
             log.warning("run cache: cannot write %s (%s)", path, e)
+
+
+    def prune(self, now: float | None = None) -> tuple[int, int]:
+        """Remove the least recently used entries once their total size passes ``max_bytes``,
+        down to :data:`PRUNE_TO` of it, and writers' temporary files older than
+        :data:`STALE_TMP_S`. Returns (files removed, bytes freed); a file another process
+        removed first, or one it cannot remove, is skipped (never an error)."""
+        now = time.time() if now is None else now
+        entries: list[tuple[float, int, Path]] = []
+        removed = freed = 0
+        try:
+            shards = [d for d in self.root.iterdir() if len(d.name) == 2 and d.is_dir()]
+        except OSError:
+            return 0, 0
+        for shard in shards:
+            try:
+                names = list(shard.iterdir())
+            except OSError:
+                continue
+            for path in names:
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                if path.name.startswith(".") and path.name.endswith(".tmp"):
+                    if now - st.st_mtime >= STALE_TMP_S and _unlink(path):
+                        removed, freed = removed + 1, freed + st.st_size
+                elif path.suffix == ".json":
+                    entries.append((st.st_mtime, st.st_size, path))
+        total = sum(size for _, size, _ in entries)
+        if total > self.max_bytes:
+            entries.sort(key=lambda e: (e[0], str(e[2])))
+            goal = PRUNE_TO * self.max_bytes
+            for _, size, path in entries:
+                if total <= goal:
+                    break
+                if _unlink(path):
+                    removed, freed = removed + 1, freed + size
+                total -= size  # gone either way: removed here, or by another process, or kept unremovable
+        if removed:
+            log.info("run cache: removed %d files (%.1f MB) from %s (limit %.1f MB)", removed, freed / 1e6,
+                     self.root, self.max_bytes / 1e6)
+        return removed, freed
+
+
+def _unlink(path: Path) -> bool:
+    """Remove ``path``; False if it is gone already or cannot be removed."""
+    try:
+        path.unlink()
+    except OSError:
+        return False
+    return True
 
 
 def _plain(x: Any) -> Any:

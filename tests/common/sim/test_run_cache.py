@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 
 import pytest
@@ -15,7 +16,16 @@ from hypothesis import strategies as st
 from fedsched.common.schedulers import LEARNED_ONLINE, default_policy_path
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate
 from fedsched.common.sim.evidence import collect
-from fedsched.common.sim.run_cache import RunCache, agree, cacheable, default_cache_dir, spec_key
+from fedsched.common.sim.run_cache import (
+    DEFAULT_MAX_BYTES,
+    PRUNE_TO,
+    STALE_TMP_S,
+    RunCache,
+    agree,
+    cacheable,
+    default_cache_dir,
+    spec_key,
+)
 from fedsched.common.sim.scenarios import SCENARIOS, build
 
 POLICIES = ["kube-default", "least-allocated"]
@@ -203,3 +213,103 @@ def test_the_key_tells_apart_options_that_differ(a, b):
 
 
 _SPEC_CACHE: dict[str, EvalSpec] = {}
+
+
+def _fill(cache: RunCache, n: int, size: int = 1000, t0: float = 1_000_000.0) -> list:
+    """``n`` entries of ``size`` bytes, the i-th last used at ``t0 + i``."""
+    paths = []
+    for i in range(n):
+        path = cache.root / f"{i % 7:02d}" / f"{i:064x}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * size)
+        os.utime(path, (t0 + i, t0 + i))
+        paths.append(path)
+    return paths
+
+
+def test_a_prune_removes_the_least_recently_used_down_to_its_share_of_the_limit(tmp_path):
+    cache = RunCache(tmp_path, max_bytes=10_000)
+    paths = _fill(cache, 20)  # 20 kB, twice the limit
+    assert cache.prune() == (13, 13_000)  # down to 7 kB, PRUNE_TO = 0.75 of 10 kB
+    assert [p.exists() for p in paths] == [False] * 13 + [True] * 7
+    assert cache.prune() == (0, 0)  # under the limit: nothing to do
+    under = RunCache(tmp_path / "under", max_bytes=10_000)
+    _fill(under, 10)  # exactly at the limit is not past it
+    assert under.prune() == (0, 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(0, 5000), max_size=30), limit=st.integers(1, 40_000))
+def test_a_prune_keeps_the_most_recent_entries_within_the_limit(tmp_path_factory, sizes, limit):
+    root = tmp_path_factory.mktemp("prune")
+    cache = RunCache(root, max_bytes=limit)
+    paths = []
+    for i, size in enumerate(sizes):
+        paths += _fill(RunCache(root / "x"), 1, size=size, t0=1e6 + i)
+        dest = root / f"{i % 5:02d}" / f"{i:064x}.json"
+        dest.parent.mkdir(exist_ok=True)
+        paths[-1].rename(dest)
+        paths[-1] = dest
+    cache.prune()
+    kept = [p.exists() for p in paths]
+    total = sum(s for s, k in zip(sizes, kept, strict=True) if k)
+    assert total <= limit
+    if sum(sizes) > limit:
+        assert total <= 0.75 * limit
+        assert kept == sorted(kept)  # every removed entry is older than every kept one
+    else:
+        assert all(kept)
+
+
+def test_a_hit_marks_the_entry_used(tmp_path, filled):
+    cache = _copy_of(filled, tmp_path)
+    key = spec_key(_spec())
+    for path in _entries(cache):
+        os.utime(path, (1e6, 1e6))
+    assert cache.get(key, "kube-default", 100) is not None
+    used = [p for p in _entries(cache) if p.stat().st_mtime > 1e6]
+    assert len(used) == 1
+    cache.max_bytes = int(used[0].stat().st_size / PRUNE_TO) + 1  # a prune leaves room for one entry
+    cache.prune()
+    assert _entries(cache) == used and cache.get(key, "kube-default", 100) is not None
+
+
+def test_a_prune_skips_what_another_process_removed_and_clears_stale_temporaries(tmp_path):
+    cache = RunCache(tmp_path, max_bytes=1000)
+    paths = _fill(cache, 3)
+    (paths[0].parent / "dangling.json").symlink_to(tmp_path / "gone")  # listed, then unreadable
+    stale = paths[1].parent / f".{paths[1].name}.123.abcd.tmp"
+    fresh_tmp = paths[1].parent / f".{paths[1].name}.456.abcd.tmp"
+    for p, age in ((stale, 2 * STALE_TMP_S), (fresh_tmp, 10.0)):
+        p.write_bytes(b"half")
+        os.utime(p, (2e6 - age, 2e6 - age))
+    (tmp_path / "not-a-shard").mkdir()
+    (tmp_path / "notes.json").write_text("{}")  # not an entry: outside the shards
+    removed, freed = cache.prune(now=2e6)
+    assert (removed, freed) == (3 + 1, 3000 + 4)  # every entry (3 kB against 750 B) and the stale temporary
+    assert not stale.exists() and fresh_tmp.exists() and (tmp_path / "notes.json").exists()
+    assert RunCache(tmp_path / "missing").prune() == (0, 0)
+
+
+def test_evaluate_keeps_the_cache_within_its_limit(tmp_path, fresh):
+    cache = RunCache(tmp_path, max_bytes=2500)  # room for fewer than the 4 runs
+    res = evaluate(_spec(), jobs=1, cache=cache)
+    assert _same(res["paired"], fresh["paired"])
+    assert 0 < sum(p.stat().st_size for p in _entries(cache)) <= 2500
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "lots", "nan", "inf"])
+def test_a_bad_size_limit_is_a_clear_error(monkeypatch, tmp_path, value):
+    monkeypatch.setenv("FEDSCHED_RUN_CACHE_MAX_MB", value)
+    with pytest.raises(ValueError, match="FEDSCHED_RUN_CACHE_MAX_MB"):
+        RunCache(tmp_path)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="max_bytes"):
+            RunCache(tmp_path, max_bytes=bad)
+
+
+def test_the_size_limit_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("FEDSCHED_RUN_CACHE_MAX_MB", raising=False)
+    assert RunCache(tmp_path).max_bytes == DEFAULT_MAX_BYTES
+    monkeypatch.setenv("FEDSCHED_RUN_CACHE_MAX_MB", "2.5")
+    assert RunCache(tmp_path).max_bytes == 2_500_000 and RunCache(tmp_path, max_bytes=7).max_bytes == 7
