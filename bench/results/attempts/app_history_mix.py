@@ -6,6 +6,8 @@ application's ratio). Names it adds:
 - ``ah-guard``: the policy's ranking, except that nodes whose estimated memory after the placement
   passes the oracle's guard (85%) rank below every node that keeps it (the oracle's memory rule on
   the estimates; the policy's order inside each group);
+- ``ah-guard[T]``: the same with the guard at estimated memory fraction ``T`` (a higher ``T``: only
+  the nodes the estimates say would overflow most surely);
 - ``ah-mix[L]``: the guard as above, and inside each group ``policy score + L * (-cpu_risk) / s``,
   where ``s`` is the ratio of the two scores' spreads over the candidates measured on the first
   decisions of the run (so ``L`` = 1 gives the oracle's CPU term the policy's own spread; the scale
@@ -88,6 +90,11 @@ class AppHistoryMix(Scheduler):
 def resolve(name: str, ctx: SchedulerContext) -> Scheduler | None:
     if name == "ah-guard":
         return AppHistoryMix(ctx, None)
+    m = re.fullmatch(r"ah-guard\[([0-9.]+)\]", name)
+    if m:  # the guard at estimated memory fraction T instead of the oracle's 0.85
+        mix = AppHistoryMix(ctx, None)
+        mix.ah.args = OracleArgs(mem_guard=float(m.group(1)))
+        return mix
     m = re.fullmatch(r"ah-mix\[([0-9.]+)\]", name)
     if m:
         return AppHistoryMix(ctx, float(m.group(1)))
