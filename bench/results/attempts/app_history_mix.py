@@ -12,6 +12,10 @@ application's ratio). Names it adds:
   where ``s`` is the ratio of the two scores' spreads over the candidates measured on the first
   decisions of the run (so ``L`` = 1 gives the oracle's CPU term the policy's own spread; the scale
   is measured, never fitted on outcomes);
+- ``ah-kube[W]``: ``app-history-now`` with fill 0 (water-filling the estimated CPU use) beside
+  kube-default, as the shipped policy keeps it beside its logits: each score divided by its mean
+  spread over the candidates of the run's first decisions, kube-default's times ``W``; the rule's
+  memory guard kept;
 - ``ah-fill[F]``: ``app-history-now`` alone with the oracle's fill weight ``F`` (default 0.5): how
   much of the node's free requests its CPU risk projects at the workload's use per request (1: the
   node counted as if full, which favours nodes with less room left: fewer stranded large pods?).
@@ -35,7 +39,7 @@ import numpy as np
 
 from fedsched.common.learning.scorers import scheduler_from_checkpoint
 from fedsched.common.model.cluster import ClusterState, Pod
-from fedsched.common.schedulers import Scheduler, SchedulerContext, default_policy_path
+from fedsched.common.schedulers import Scheduler, SchedulerContext, default_policy_path, make_scheduler
 from fedsched.common.sim.replay import ReplaySimulator
 from fedsched.common.sim.replay.oracle import GUARD_OFFSET, OracleArgs
 
@@ -87,6 +91,45 @@ class AppHistoryMix(Scheduler):
         return out
 
 
+class AppHistoryKube(Scheduler):
+    """``app-history-now`` with fill 0 beside kube-default: ``-risk / s_r + W * kube / s_k``, the two
+    scales the mean spreads (standard deviations over the candidates) of each score over the run's
+    first decisions (measured, never fitted on outcomes); nodes past the rule's memory guard rank
+    below every other node, as in the rule."""
+
+    name = "ah-kube"
+
+    def __init__(self, ctx: SchedulerContext, weight: float) -> None:
+        super().__init__(ctx)
+        self.ah = AppHistory(ctx, tau=1.0, every=60.0)
+        self.ah.args = OracleArgs(fill=0.0)
+        self.kube = make_scheduler("kube-default", ctx)
+        self.weight = weight
+        self.spreads: list[tuple[float, float]] = []
+        self.scale: tuple[float, float] | None = None
+
+    def attach_simulator(self, sim: ReplaySimulator) -> None:
+        self.ah.attach_simulator(sim)
+
+    def select_gpus(self, *args, **kwargs):
+        return self.kube.select_gpus(*args, **kwargs)
+
+    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
+        a = np.asarray(self.ah.score(state, pod, nodes), dtype=np.float64)
+        k = np.asarray(self.kube.score(state, pod, nodes), dtype=np.float64)
+        guarded = a <= -GUARD_OFFSET + 1e-9
+        if self.scale is None:
+            if (~guarded).sum() > 1:
+                self.spreads.append((float(np.std(a[~guarded])), float(np.std(k[~guarded]))))
+            if len(self.spreads) >= SCALE_DECISIONS:
+                sr, sk = np.mean(self.spreads, axis=0)
+                self.scale = (sr if sr > 0 else 1.0, sk if sk > 0 else 1.0)
+        sr, sk = self.scale if self.scale is not None else (1.0, 1.0)
+        out = np.where(guarded, 0.0, a) / sr + self.weight * k / sk
+        span = float(np.ptp(out)) if len(out) else 0.0
+        return np.where(guarded, out - 2.0 * span - 1.0, out)
+
+
 def resolve(name: str, ctx: SchedulerContext) -> Scheduler | None:
     if name == "ah-guard":
         return AppHistoryMix(ctx, None)
@@ -98,6 +141,9 @@ def resolve(name: str, ctx: SchedulerContext) -> Scheduler | None:
     m = re.fullmatch(r"ah-mix\[([0-9.]+)\]", name)
     if m:
         return AppHistoryMix(ctx, float(m.group(1)))
+    m = re.fullmatch(r"ah-kube\[([0-9.]+)\]", name)
+    if m:
+        return AppHistoryKube(ctx, float(m.group(1)))
     m = re.fullmatch(r"ah-fill\[([0-9.]+)\]", name)
     if m:  # app-history-now alone, the oracle's fill weight F instead of its default 0.5
         ah = AppHistory(ctx, tau=1.0, every=60.0)
