@@ -45,6 +45,8 @@ import logging
 import math
 import os
 import platform
+import re
+import stat
 import sys
 import time
 from functools import lru_cache
@@ -268,13 +270,16 @@ class RunCache:
     def prune(self, now: float | None = None) -> tuple[int, int]:
         """Remove the least recently used entries once their total size passes ``max_bytes``,
         down to :data:`PRUNE_TO` of it, and writers' temporary files older than
-        :data:`STALE_TMP_S`. Returns (files removed, bytes freed); a file another process
-        removed first, or one it cannot remove, is skipped (never an error)."""
+        :data:`STALE_TMP_S`. Returns (files removed, bytes freed). Only what the cache itself
+        writes is touched: regular files named as its entries or its writers' temporaries, in its
+        own two-letter directories (never through a symbolic link: a directory shared with others
+        cannot steer it at their files). A file another process removed first is skipped, one it
+        cannot remove is left (never an error)."""
         now = time.time() if now is None else now
         entries: list[tuple[float, int, Path]] = []
         removed = freed = 0
         try:
-            shards = [d for d in self.root.iterdir() if len(d.name) == 2 and d.is_dir()]
+            shards = [d for d in self.root.iterdir() if _SHARD.fullmatch(d.name) and _is_plain_dir(d)]
         except OSError:
             return 0, 0
         for shard in shards:
@@ -283,14 +288,19 @@ class RunCache:
             except OSError:
                 continue
             for path in names:
+                entry, tmp = _ENTRY.fullmatch(path.name), _TMP.fullmatch(path.name)
+                if not (entry or tmp):
+                    continue
                 try:
-                    st = path.stat()
+                    st = path.lstat()
                 except OSError:
                     continue
-                if path.name.startswith(".") and path.name.endswith(".tmp"):
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                if tmp:
                     if now - st.st_mtime >= STALE_TMP_S and _unlink(path):
                         removed, freed = removed + 1, freed + st.st_size
-                elif path.suffix == ".json":
+                else:
                     entries.append((st.st_mtime, st.st_size, path))
         total = sum(size for _, size, _ in entries)
         if total > self.max_bytes:
@@ -301,11 +311,26 @@ class RunCache:
                     break
                 if _unlink(path):
                     removed, freed = removed + 1, freed + size
-                total -= size  # gone either way: removed here, or by another process, or kept unremovable
+                    total -= size
+                elif not path.exists():  # another process's prune got there first
+                    total -= size
         if removed:
             log.info("run cache: removed %d files (%.1f MB) from %s (limit %.1f MB)", removed, freed / 1e6,
                      self.root, self.max_bytes / 1e6)
         return removed, freed
+
+
+_SHARD = re.compile(r"[0-9a-f]{2}")
+_ENTRY = re.compile(r"[0-9a-f]{64}\.json")
+_TMP = re.compile(r"\.[0-9a-f]{64}\.json\.\d+\.[0-9a-f]+\.tmp")  # common.files.atomic_file's temporary
+
+
+def _is_plain_dir(path: Path) -> bool:
+    """A directory that is not a symbolic link."""
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _unlink(path: Path) -> bool:

@@ -8,11 +8,13 @@ import json
 import logging
 import os
 import shutil
+import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedsched.common.files import atomic_file
 from fedsched.common.schedulers import LEARNED_ONLINE, default_policy_path
 from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate
 from fedsched.common.sim.evidence import collect
@@ -274,21 +276,43 @@ def test_a_hit_marks_the_entry_used(tmp_path, filled):
     assert _entries(cache) == used and cache.get(key, "kube-default", 100) is not None
 
 
-def test_a_prune_skips_what_another_process_removed_and_clears_stale_temporaries(tmp_path):
-    cache = RunCache(tmp_path, max_bytes=1000)
+def test_a_prune_touches_only_its_own_files_and_clears_stale_temporaries(tmp_path):
+    root, outside = tmp_path / "cache", tmp_path / "outside"
+    cache = RunCache(root, max_bytes=1000)
     paths = _fill(cache, 3)
-    (paths[0].parent / "dangling.json").symlink_to(tmp_path / "gone")  # listed, then unreadable
-    stale = paths[1].parent / f".{paths[1].name}.123.abcd.tmp"
-    fresh_tmp = paths[1].parent / f".{paths[1].name}.456.abcd.tmp"
+    outside.mkdir()
+    victim = outside / f"{0:064x}.json"  # named like an entry, outside the cache
+    victim.write_bytes(b"y" * 5000)
+    os.utime(victim, (1.0, 1.0))  # older than every entry
+    (root / "ff").symlink_to(outside)  # a shard that is a link: never followed
+    (paths[0].parent / f"{99:064x}.json").symlink_to(victim)  # an entry that is a link: never removed
+    (paths[0].parent / "notes.json").write_text("{}")  # not an entry's name
+    (root / "notes").mkdir()  # not a shard's name
+    stale = paths[1].parent / f".{paths[1].name}.123.abcd1234.tmp"
+    fresh_tmp = paths[1].parent / f".{paths[1].name}.456.abcd1234.tmp"
     for p, age in ((stale, 2 * STALE_TMP_S), (fresh_tmp, 10.0)):
         p.write_bytes(b"half")
         os.utime(p, (2e6 - age, 2e6 - age))
-    (tmp_path / "not-a-shard").mkdir()
-    (tmp_path / "notes.json").write_text("{}")  # not an entry: outside the shards
     removed, freed = cache.prune(now=2e6)
     assert (removed, freed) == (3 + 1, 3000 + 4)  # every entry (3 kB against 750 B) and the stale temporary
-    assert not stale.exists() and fresh_tmp.exists() and (tmp_path / "notes.json").exists()
+    assert not stale.exists() and fresh_tmp.exists() and victim.read_bytes() == b"y" * 5000
+    assert (paths[0].parent / "notes.json").exists() and (paths[0].parent / f"{99:064x}.json").is_symlink()
     assert RunCache(tmp_path / "missing").prune() == (0, 0)
+
+
+def test_a_prune_counts_what_another_process_removed_first(tmp_path, monkeypatch):
+    cache = RunCache(tmp_path, max_bytes=4000)
+    paths = _fill(cache, 6)  # 6 kB: down to 3 kB, the three oldest
+    real_unlink = type(paths[0]).unlink
+
+    def racing_unlink(self, *args, **kwargs):
+        real_unlink(self)
+        if self == paths[0]:  # another process removed it just before this one
+            raise FileNotFoundError(self)
+
+    monkeypatch.setattr(type(paths[0]), "unlink", racing_unlink)
+    assert cache.prune() == (2, 2000)
+    assert [p.exists() for p in paths] == [False] * 3 + [True] * 3
 
 
 def test_evaluate_keeps_the_cache_within_its_limit(tmp_path, fresh):
@@ -313,3 +337,14 @@ def test_the_size_limit_follows_the_environment(monkeypatch, tmp_path):
     assert RunCache(tmp_path).max_bytes == DEFAULT_MAX_BYTES
     monkeypatch.setenv("FEDSCHED_RUN_CACHE_MAX_MB", "2.5")
     assert RunCache(tmp_path).max_bytes == 2_500_000 and RunCache(tmp_path, max_bytes=7).max_bytes == 7
+
+
+def test_a_prune_knows_the_atomic_writes_temporaries(tmp_path):
+    """A writer killed mid-write leaves :func:`fedsched.common.files.atomic_file`'s temporary: a
+    prune an hour later recognises it by name (if the writer's naming changes, this fails)."""
+    cache = RunCache(tmp_path)
+    target = tmp_path / "ab" / f"{7:064x}.json"
+    with pytest.raises(FileNotFoundError), atomic_file(target) as f:
+        f.write(b"{}")
+        assert cache.prune(now=time.time() + 2 * STALE_TMP_S) == (1, 0)
+    assert not any(target.parent.iterdir())
