@@ -1,0 +1,81 @@
+"""A probe (issue 24): which pods a scheduler fails, by CPU request and QoS class, on a gate
+validation cluster (``fedsched evidence``'s clusters and seeds, never the benchmark's).
+
+Failed pods are one of the trouble score's four metrics and a guardrail. This replays the
+profile's validation cluster with each scheduler on the first seeds of the evidence and counts
+the failed pods (``ReplaySimulator.status``) per CPU-request band. The application-history probe's
+names (``app-history-now``, ``app_history_probe.py``) are accepted too. Run from the project root::
+
+    python bench/results/attempts/failed_pod_sizes.py --profile web --seeds 3 \\
+        --policies kube-default,learned-online,app-history-now
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fedsched.common.compute import single_threaded
+from fedsched.common.model.cluster import QOS_CLASSES
+from fedsched.common.model.fragmentation import TypicalPods
+from fedsched.common.schedulers import RESOLVERS, place
+from fedsched.common.sim.evaluate import make_policy, scheduler_context, split
+from fedsched.common.sim.evidence import EVIDENCE_SEED, PROFILE_SCENARIO
+from fedsched.common.sim.replay import ReplayConfig, ReplaySimulator
+from fedsched.common.sim.replay.config import FAILED
+from fedsched.common.sim.scenarios import SCENARIOS, build
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from app_history_probe import resolve
+
+BANDS = (0, 300, 600, 1000, 2000, 4000, 10**9)  # CPU request bands, milli-CPU
+
+
+def failed_mask(profile: str, policy: str, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One replay: (failed?, CPU request, QoS class) per workload pod."""
+    spec = build(SCENARIOS[PROFILE_SCENARIO[profile]], seed=EVIDENCE_SEED)
+    train, work = split(spec)
+    sched = make_policy(policy, scheduler_context(train, seed), "replay")
+    sim = ReplaySimulator(spec.nodes, work, config=ReplayConfig(**spec.replay_options), seed=seed,
+                          typical=TypicalPods.from_pods(train))
+    attach = getattr(sched, "attach_simulator", None)
+    if attach is not None:
+        attach(sim)
+    while (d := sim.next_pod()) is not None:
+        pod, state = d
+        sim.bind(place(sched, state, pod, sim.rng))
+    sim.finish()
+    return np.asarray(sim.status) == FAILED, np.asarray(work.cpu), np.asarray(work.qos)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="web", choices=sorted(PROFILE_SCENARIO))
+    ap.add_argument("--seeds", type=int, default=3, help="the evidence's first N seeds (100, 101, ...)")
+    ap.add_argument("--policies", default="kube-default,learned-online,app-history-now")
+    args = ap.parse_args()
+    RESOLVERS.insert(0, resolve)
+    single_threaded()
+    t0 = time.time()
+    for policy in [p for p in args.policies.split(",") if p]:
+        runs = [failed_mask(args.profile, policy, 100 + k) for k in range(args.seeds)]
+        f = np.concatenate([r[0] for r in runs])
+        cpu = np.concatenate([r[1] for r in runs])
+        qos = np.concatenate([r[2] for r in runs])
+        per_seed = [int(r[0].sum()) for r in runs]
+        bands = ", ".join(f"[{lo / 1000:g}, {hi / 1000:g}) {int((f & (cpu >= lo) & (cpu < hi)).sum())}"
+                          for lo, hi in itertools.pairwise(BANDS) if hi < 10**9) + \
+            f", >= {BANDS[-2] / 1000:g} {int((f & (cpu >= BANDS[-2])).sum())}"
+        by_qos = ", ".join(f"{QOS_CLASSES[q]} {int((f & (qos == q)).sum())}" for q in range(len(QOS_CLASSES)))
+        print(f"{policy:18s} failed {int(f.sum())} over {args.seeds} seeds {per_seed} | "
+              f"by CPU request (cores): {bands} | {by_qos} ({time.time() - t0:.0f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
