@@ -266,7 +266,6 @@ class RunCache:
         except (OSError, TypeError, ValueError) as e:
             log.warning("run cache: cannot write %s (%s)", path, e)
 
-
     def prune(self, now: float | None = None) -> tuple[int, int]:
         """Remove the least recently used entries once their total size passes ``max_bytes``,
         down to :data:`PRUNE_TO` of it, and writers' temporary files older than
