@@ -67,6 +67,9 @@ DEFAULT_MAX_BYTES = 1 << 30
 """The entries' total size past which :meth:`RunCache.prune` removes the least recently used (1 GiB)."""
 PRUNE_TO = 0.75
 """What a prune leaves, as a fraction of the limit (so the next runs do not prune again at once)."""
+MAX_ENTRY_BYTES = 16 << 20
+"""The largest entry :meth:`RunCache.get` reads (a run's entry is a few KB; a packing run's curve and
+idle-GPU account some tens)."""
 STALE_TMP_S = 3600.0
 """A writer's temporary file this old (seconds) was left by a killed process: a prune removes it."""
 REL_TOL = 1e-9
@@ -217,10 +220,10 @@ class RunCache:
             return None
         path = self._path(key, policy, seed)
         try:
-            text = path.read_text()
+            text = _read_entry(path)
         except FileNotFoundError:
             return None
-        except OSError as e:
+        except (OSError, ValueError) as e:
             log.warning("run cache: cannot read %s (%s); replaying", path, e)
             return None
         try:
@@ -245,7 +248,7 @@ class RunCache:
             out = RunOutput(policy, int(seed), dict(metrics),
                             None if curve is None else [float(v) for v in curve],
                             run.get("idle_gpu"), run.get("choice"))
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
             log.warning("run cache: ignoring %s (%s); replaying", path, e)
             return None
         with contextlib.suppress(OSError):
@@ -322,6 +325,23 @@ class RunCache:
 _SHARD = re.compile(r"[0-9a-f]{2}")
 _ENTRY = re.compile(r"[0-9a-f]{64}\.json")
 _TMP = re.compile(r"\.[0-9a-f]{64}\.json\.\d+\.[0-9a-f]+\.tmp")  # common.files.atomic_file's temporary
+
+
+def _read_entry(path: Path) -> str:
+    """An entry's text: a regular file (opened without following a link, without blocking on a
+    pipe) of at most :data:`MAX_ENTRY_BYTES`; otherwise a ``ValueError`` that says why (a cache
+    directory shared with others may hold anything)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > MAX_ENTRY_BYTES:
+            raise ValueError(f"{st.st_size} bytes, more than an entry's {MAX_ENTRY_BYTES}")
+        data = f.read(MAX_ENTRY_BYTES + 1)
+    if len(data) > MAX_ENTRY_BYTES:
+        raise ValueError(f"more than an entry's {MAX_ENTRY_BYTES} bytes")
+    return data.decode("utf-8")
 
 
 def _is_plain_dir(path: Path) -> bool:

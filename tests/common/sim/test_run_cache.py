@@ -20,6 +20,7 @@ from fedsched.common.sim.evaluate import EvalSpec, RunOutput, evaluate
 from fedsched.common.sim.evidence import collect
 from fedsched.common.sim.run_cache import (
     DEFAULT_MAX_BYTES,
+    MAX_ENTRY_BYTES,
     PRUNE_TO,
     STALE_TMP_S,
     RunCache,
@@ -125,6 +126,8 @@ def test_a_cached_figure_that_a_replay_contradicts_is_not_trusted(tmp_path, fres
     "", "{", "[]", "null", '{"format": 99}',
     '{"format": 1, "key": "another", "policy": "kube-default", "seed": 100, "run": {"metrics": {}}}',
     "METRICS_AS_STRING", "CURVE_AS_STRING", "IDLE_AS_LIST", "WRONG_POLICY",
+    "[" * 100_000 + "]" * 100_000,  # nested past the decoder's recursion limit
+    "\udcff", "TOO_LARGE", "A_PIPE", "A_LINK",
 ])
 def test_an_entry_it_cannot_use_is_a_miss_never_an_error(tmp_path, fresh, filled, bad, caplog):
     cache = _copy_of(filled, tmp_path)
@@ -135,11 +138,21 @@ def test_an_entry_it_cannot_use_is_a_miss_never_an_error(tmp_path, fresh, filled
                 "CURVE_AS_STRING": json.dumps({**entry, "run": {**entry["run"], "curve": "x"}}),
                 "IDLE_AS_LIST": json.dumps({**entry, "run": {**entry["run"], "idle_gpu": [1]}}),
                 "WRONG_POLICY": json.dumps({**entry, "policy": "fgd"})}.get(bad, bad)
-        path.write_text(text)
+        if bad == "TOO_LARGE":  # a valid entry padded past the size an entry may have
+            path.write_text(json.dumps(entry) + " " * MAX_ENTRY_BYTES)
+        elif bad == "A_PIPE":  # reading would block for ever
+            path.unlink()
+            os.mkfifo(path)
+        elif bad == "A_LINK":  # to a valid entry elsewhere: never followed
+            (tmp_path / "elsewhere.json").write_text(json.dumps(entry))
+            path.unlink()
+            path.symlink_to(tmp_path / "elsewhere.json")
+        else:
+            path.write_bytes(text.encode("utf-8", "surrogateescape"))
     with caplog.at_level(logging.WARNING, logger="fedsched.run_cache"):
         assert cache.get(key, "kube-default", 100) is None
         res = evaluate(_spec(), jobs=1, cache=cache)
-    assert "ignoring" in caplog.text
+    assert "ignoring" in caplog.text or "cannot read" in caplog.text
     assert res["cached_runs"] == 0
     assert _same(res["runs"], fresh["runs"])
     assert cache.get(key, "kube-default", 100) is not None  # replaced by the replay's
