@@ -3,7 +3,8 @@ validation cluster (``fedsched evidence``'s clusters and seeds, never the benchm
 
 Failed pods are one of the trouble score's four metrics and a guardrail. This replays the
 profile's validation cluster with each scheduler on the first seeds of the evidence and counts
-the failed pods (``ReplaySimulator.status``) per CPU-request band. The application-history probe's
+the failed pods (``ReplaySimulator.status``) per CPU-request band, per QoS class and, where the
+cluster has GPUs, per kind of GPU request (failed / all). The application-history probe's
 names (``app-history-now``, ``app_history_probe.py``) are accepted too. Run from the project root::
 
     python bench/results/attempts/failed_pod_sizes.py --profile web --seeds 3 \\
@@ -36,8 +37,8 @@ from app_history_probe import resolve
 BANDS = (0, 300, 600, 1000, 2000, 4000, 10**9)  # CPU request bands, milli-CPU
 
 
-def failed_mask(profile: str, policy: str, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One replay: (failed?, CPU request, QoS class) per workload pod."""
+def failed_mask(profile: str, policy: str, seed: int) -> tuple[np.ndarray, ...]:
+    """One replay: (failed?, CPU request, QoS class, GPU kind) per workload pod."""
     spec = build(SCENARIOS[PROFILE_SCENARIO[profile]], seed=EVIDENCE_SEED)
     train, work = split(spec)
     sched = make_policy(policy, scheduler_context(train, seed), "replay")
@@ -50,7 +51,16 @@ def failed_mask(profile: str, policy: str, seed: int) -> tuple[np.ndarray, np.nd
         pod, state = d
         sim.bind(place(sched, state, pod, sim.rng))
     sim.finish()
-    return np.asarray(sim.status) == FAILED, np.asarray(work.cpu), np.asarray(work.qos)
+    return np.asarray(sim.status) == FAILED, np.asarray(work.cpu), np.asarray(work.qos), gpu_kind(work)
+
+
+GPU_KINDS = ("CPU-only", "GPU-sharing", "1 GPU", "2-3 GPUs", "4+ GPUs")
+
+
+def gpu_kind(work) -> np.ndarray:
+    """Each pod's index in :data:`GPU_KINDS`."""
+    n, milli = np.asarray(work.num_gpu), np.asarray(work.gpu_milli)
+    return np.select([n == 0, (n == 1) & (milli < 1000), n == 1, n < 4], [0, 1, 2, 3], 4)
 
 
 def main() -> int:
@@ -72,6 +82,10 @@ def main() -> int:
                           for lo, hi in itertools.pairwise(BANDS) if hi < 10**9) + \
             f", >= {BANDS[-2] / 1000:g} {int((f & (cpu >= BANDS[-2])).sum())}"
         by_qos = ", ".join(f"{QOS_CLASSES[q]} {int((f & (qos == q)).sum())}" for q in range(len(QOS_CLASSES)))
+        kind = np.concatenate([r[3] for r in runs])
+        if (kind > 0).any():
+            by_qos += " | " + ", ".join(f"{k} {int((f & (kind == i)).sum())}/{int((kind == i).sum())}"
+                                        for i, k in enumerate(GPU_KINDS))
         print(f"{policy:18s} failed {int(f.sum())} over {args.seeds} seeds {per_seed} | "
               f"by CPU request (cores): {bands} | {by_qos} ({time.time() - t0:.0f} s)", flush=True)
     return 0

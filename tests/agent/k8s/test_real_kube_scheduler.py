@@ -578,12 +578,18 @@ def test_nodes_the_extender_refuses_never_get_a_pod(cluster: Cluster, tmp_path: 
             c.api.merge_patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {EXCLUDE_LABEL: "true"}}})
         set_node_ready(c.api, not_ready, False)
         with fedsched_stack(c, tmp_path) as st:
-            objs = [openb_pod(c, i, f"refused-{k:03d}") for k, i in enumerate(sample(c, 30, seed=2))]
+            picked = sample(c, 30, seed=2)
+            objs = [openb_pod(c, i, f"refused-{k:03d}") for k, i in enumerate(picked)]
             # the first pod alone: its cycle opens kube-scheduler's TLS connection to the extender,
             # the slowest call (under load the one most likely to miss httpTimeout)
             create_pods(c, objs[:1])
             wait_bound(c, [objs[0]["metadata"]["name"]], 30)
-            create_pods(c, objs[1:])
+            # then the largest (120 cores and 8 GPUs: only an empty 8-GPU node holds it), so the
+            # order the others bind in cannot take every node it fits on
+            big = 1 + int(np.argmax(c.pods.cpu[picked[1:]]))
+            create_pods(c, [objs[big]])
+            wait_bound(c, [objs[big]["metadata"]["name"]], 30)
+            create_pods(c, [o for k, o in enumerate(objs) if k not in (0, big)])
             bound = wait_bound(c, [o["metadata"]["name"] for o in objs], 60)
             skipped = skipped_filters(log_with_bindings(st, bound))
             outside = {n: node_of(p) for n, p in bound.items() if node_of(p) not in allowed}
