@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-cache", default=None,
                     help="where the baselines' runs are cached between runs (default: FEDSCHED_RUN_CACHE, "
                          "else ~/.cache/fedsched/runs); one cached run is replayed to check the rest; the "
-                         "least recently used go past FEDSCHED_RUN_CACHE_MAX_MB (default 1024)")
+                         "least recently used go past FEDSCHED_RUN_CACHE_MAX_MB (default 1000)")
     ap.add_argument("--no-run-cache", action="store_true", help="replay every scheduler")
     args = ap.parse_args(argv)
     catalogue = HELDOUT if args.heldout else SCENARIOS

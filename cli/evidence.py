@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where kube-default's runs are cached between evidence runs (default: "
                         "FEDSCHED_RUN_CACHE, else ~/.cache/fedsched/runs); one cached run is replayed "
                         "to check the rest; the least recently used go past FEDSCHED_RUN_CACHE_MAX_MB "
-                        "(default 1024)")
+                        "(default 1000)")
     p.add_argument("--no-run-cache", action="store_true", help="replay kube-default every time")
     p.set_defaults(func=run)
 

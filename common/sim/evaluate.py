@@ -193,9 +193,8 @@ def evaluate(spec: EvalSpec, jobs: int | None = None,
         cached = []
         ran |= _run_tasks([t for t in tasks if (t[1], t[2]) in hits and (t[1], t[2]) != check], jobs, done)
     if cache is not None:
-        for o in ran.values():
-            cache.put(key, o)
-        if ran:
+        stored = [cache.put(key, o) for o in ran.values()]
+        if any(stored):  # a learned policy's runs are never stored: no scan of the cache for them
             cache.prune()
     result = aggregate(spec, outputs)
     if cache is not None:

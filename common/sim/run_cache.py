@@ -63,8 +63,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("fedsched.run_cache")
 
 CACHE_FORMAT = 1
-DEFAULT_MAX_BYTES = 1 << 30
-"""The entries' total size past which :meth:`RunCache.prune` removes the least recently used (1 GiB)."""
+DEFAULT_MAX_BYTES = 1_000_000_000
+"""The entries' total size past which :meth:`RunCache.prune` removes the least recently used (1,000 MB,
+in the megabytes of ``FEDSCHED_RUN_CACHE_MAX_MB``)."""
 PRUNE_TO = 0.75
 """What a prune leaves, as a fraction of the limit (so the next runs do not prune again at once)."""
 MAX_ENTRY_BYTES = 16 << 20
@@ -255,11 +256,11 @@ class RunCache:
             os.utime(path)  # used now: the last entry a prune removes
         return out
 
-    def put(self, key: str, out: RunOutput) -> None:
-        """Store ``out`` (a cacheable policy's run) under ``key``; a failure to write is logged,
-        never raised (the run's figures are in hand)."""
+    def put(self, key: str, out: RunOutput) -> bool:
+        """Store ``out`` (a cacheable policy's run) under ``key``; whether it was written (a failure
+        to write is logged, never raised: the run's figures are in hand)."""
         if not cacheable(out.policy):
-            return
+            return False
         path = self._path(key, out.policy, out.seed)
         entry = {"format": CACHE_FORMAT, "key": key, "policy": out.policy, "seed": int(out.seed),
                  "run": {"metrics": out.metrics, "curve": out.curve, "idle_gpu": out.idle_gpu,
@@ -268,6 +269,8 @@ class RunCache:
             atomic_write(path, json.dumps(entry, allow_nan=True, default=_plain).encode())
         except (OSError, TypeError, ValueError) as e:
             log.warning("run cache: cannot write %s (%s)", path, e)
+            return False
+        return True
 
     def prune(self, now: float | None = None) -> tuple[int, int]:
         """Remove the least recently used entries once their total size passes ``max_bytes``,

@@ -128,7 +128,7 @@ def test_a_cached_figure_that_a_replay_contradicts_is_not_trusted(tmp_path, fres
     "METRICS_AS_STRING", "CURVE_AS_STRING", "IDLE_AS_LIST", "WRONG_POLICY",
     "[" * 100_000 + "]" * 100_000,  # nested past the decoder's recursion limit
     "\udcff", "TOO_LARGE", "A_PIPE", "A_LINK",
-])
+], ids=lambda bad: bad if len(bad) <= 100 else f"{bad[:4]}...{bad[-4:]} ({len(bad)} chars)")
 def test_an_entry_it_cannot_use_is_a_miss_never_an_error(tmp_path, fresh, filled, bad, caplog):
     cache = _copy_of(filled, tmp_path)
     key = spec_key(_spec())
