@@ -79,7 +79,7 @@ class OraclePeak(Oracle):
 def resolve(name: str, ctx: SchedulerContext) -> Scheduler | None:
     if name == "oracle-peak":
         return OraclePeak(ctx)
-    m = re.fullmatch(r"oracle-peak-z([0-9.]+)", name)
+    m = re.fullmatch(r"oracle-peak-z([0-9]+(?:\.[0-9]+)?)", name)
     if m:
         s = OraclePeak(ctx, z=float(m.group(1)))
         s.name = name

@@ -1,11 +1,9 @@
 """Attempt (issue 24, web's OOM kills): the shipped ``learned-online`` with memory water-filling
-beside it. ``pol-mem[L]`` ranks by ``policy score + L * s * term``, ``term = -(measured memory use of
-the node + the pod's expected memory) / node memory``, ``s`` the ratio of the two scores' mean
-spreads (standard deviations over the candidates) over the run's first decisions, as in
-``policy_fgd_mix.py`` (``L`` = 1 gives the term the policy's own spread; measured, never fitted on
-outcomes). The pod's expected memory is its non-zero request times its application's observed use
-per request (the features' ``expected_use_ratios``). All of it is observable in serving
-(``ClusterState.mem_used``, ``Telemetry.app_usage``).
+beside it. ``pol-mem[L]`` ranks by ``policy score + L * s * term`` (``policy_mix.py``: ``L`` = 1
+gives the term the policy's own spread over the candidates), ``term = -(measured memory use of the
+node + the pod's expected memory) / node memory``. The pod's expected memory is its non-zero
+request times its application's observed use per request (the features' ``expected_use_ratios``).
+All of it is observable in serving (``ClusterState.mem_used``, ``Telemetry.app_usage``).
 
 Why memory: the oracle has a quarter of kube-default's and the policy's hot-memory node-time on
 web's benchmark (5.6k against 25.2k and 24.0k node-seconds) and a quarter fewer OOM kills (log
@@ -28,44 +26,24 @@ from pathlib import Path
 import numpy as np
 
 from fedsched.common.learning.features import expected_use_ratios
-from fedsched.common.learning.scorers import scheduler_from_checkpoint
 from fedsched.common.model.cluster import ClusterState, Pod
-from fedsched.common.schedulers import Scheduler, SchedulerContext, default_policy_path
+from fedsched.common.schedulers import Scheduler, SchedulerContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from app_history_validation import main
+from policy_mix import PolicyMix
 
-SCALE_DECISIONS = 200  # decisions whose score spreads set the scale s
 
-
-class PolicyMem(Scheduler):
+class PolicyMem(PolicyMix):
     name = "pol-mem"
 
-    def __init__(self, ctx: SchedulerContext, weight: float) -> None:
-        super().__init__(ctx)
-        self.policy = scheduler_from_checkpoint(default_policy_path("learned-online"), ctx)
-        self.weight = weight
-        self.spreads: list[tuple[float, float]] = []
-        self.scale: float | None = None
-
-    def select_gpus(self, *args, **kwargs):
-        return self.policy.select_gpus(*args, **kwargs)
-
-    def score(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
-        p = np.asarray(self.policy.score(state, pod, nodes), dtype=np.float64)
+    def term(self, state: ClusterState, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         mem_ratio = expected_use_ratios(state, pod)[1]
-        t = -(state.mem_used[nodes] + pod.mem_nonzero * mem_ratio) / state.nodes.mem[nodes]
-        if self.scale is None and len(nodes) > 1:
-            self.spreads.append((float(np.std(p)), float(np.std(t))))
-            if len(self.spreads) >= SCALE_DECISIONS:
-                sp, st = np.mean(self.spreads, axis=0)
-                self.scale = sp / st if st > 0 else 0.0
-        s = self.scale if self.scale is not None else 0.0
-        return p + self.weight * s * t
+        return -(state.mem_used[nodes] + pod.mem_nonzero * mem_ratio) / state.nodes.mem[nodes]
 
 
 def resolve(name: str, ctx: SchedulerContext) -> Scheduler | None:
-    m = re.fullmatch(r"pol-mem\[([0-9.]+)\]", name)
+    m = re.fullmatch(r"pol-mem\[([0-9]+(?:\.[0-9]+)?)\]", name)
     if not m:
         return None
     s = PolicyMem(ctx, float(m.group(1)))
