@@ -64,13 +64,15 @@ class OraclePeak(Oracle):
         sim = self.sim
         if sim is None:
             raise RuntimeError("attach_simulator first")
-        peak, var = sim.node_sums(self.peak, self.var)
-        _, load_mem = sim.expected_node_use()
+        peak, load_mem = sim.node_sums(self.peak, self.mean_mem)  # one pass over the bound pods
         p = pod.index
         cap_cpu = state.nodes.cpu[nodes].astype(np.float64)
         cap_mem = state.nodes.mem[nodes].astype(np.float64)
         free_cpu = np.maximum(cap_cpu - state.cpu_req[nodes] - pod.cpu, 0.0)
-        demand = peak[nodes] + self.peak[p] + self.z * np.sqrt(var[nodes] + self.var[p])
+        demand = peak[nodes] + self.peak[p]
+        if self.z:  # the noise term's own pass, only where it counts
+            var, _ = sim.node_sums(self.var, self.var)
+            demand = demand + self.z * np.sqrt(var[nodes] + self.var[p])
         risk = (demand + self.args.fill * self.peak_per_request * free_cpu) / cap_cpu
         mem_after = (load_mem[nodes] + self.mean_mem[p]) / cap_mem
         return np.where(mem_after <= self.mem_guard, -risk, -GUARD_OFFSET - mem_after)
