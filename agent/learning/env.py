@@ -34,7 +34,8 @@ overload and load-variance terms charge a decision for whatever happened anywher
 previous one, which says little about the decision itself. With node credit, each decision
 is instead charged its *own chosen node's* outcome over the horizon after its bind: the
 node's hot CPU minutes and throttled CPU core-minutes (the online metrics' per-node counters,
-``LoadMetrics.node_hot_s`` / ``node_throttled``) and the OOM kills of the pod it placed. What
+``LoadMetrics.node_hot_s`` / ``node_throttled``), the OOM kills of the pod it placed and, where
+``RewardConfig.node_hot_mem`` prices them, the node's hot memory minutes (``node_hot_mem_s``). What
 throttling is charged is ``RewardConfig.throttle_credit``: ``"node"`` (the default) the chosen
 node's, whoever's demand caused it (over hours mostly other decisions' doing); ``"pod"`` the
 placed pod's own throttled CPU core-minutes (``ReplaySimulator.pod_throttled_core_s``: its share
@@ -114,6 +115,9 @@ class RewardConfig:
     """replay node credit: - CPU core-minutes throttled on the chosen node"""
     node_oom: float = 2.0
     """replay node credit: - OOM kills of the placed pod"""
+    node_hot_mem: float = 0.0
+    """replay node credit: - minutes the chosen node's windowed memory use spends above the
+    threshold (0: not charged; a dense sign of the memory pressure behind rare OOM kills)"""
     throttle_credit: str = "node"
     """replay node credit: whose throttled CPU ``node_throttled`` charges: ``"node"`` the chosen
     node's over the horizon, ``"pod"`` the placed pod's own from its bind until the horizon has
@@ -249,7 +253,8 @@ class SchedulingEnv(gym.Env):
 
     # ---- node credit (RewardConfig.node_horizon_s) -----------------------------------------
     def _open_decision(self, serial: int, node: int, pod: int) -> None:
-        """An open decision: ``[serial, node, pod, bind time, hot0, thr0, oom0, releases0, thr_end]``;
+        """An open decision: ``[serial, node, pod, bind time, hot0, thr0, oom0, releases0, thr_end,
+        hot_mem0]``;
         ``thr0`` the chosen node's throttled core-seconds then (``"node"``) or the pod's own
         (``"pod"``, with ``releases0`` its releases so far and ``thr_end`` its throttling when that
         run ended, None while it runs)."""
@@ -260,7 +265,7 @@ class SchedulingEnv(gym.Env):
         else:
             thr0, rel0 = float(lm.node_throttled[node]), -1
         self._open.append([serial, node, pod, sim.now, float(lm.node_hot_s[node]), thr0,
-                           sim.oom_kills_of(pod), rel0, None])
+                           sim.oom_kills_of(pod), rel0, None, float(lm.node_hot_mem_s[node])])
 
     def _throttled(self, d: list) -> float:
         """Throttled core-seconds charged to open decision ``d`` so far."""
@@ -280,9 +285,10 @@ class SchedulingEnv(gym.Env):
                 d[8] = float(sim.pod_throttled_core_s(d[2])[0])
 
     def _credit(self, d: list) -> float:
-        _, node, pod, _, hot0, _, oom0, _, _ = d
+        _, node, pod, _, hot0, _, oom0, _, _, hot_mem0 = d
         w, lm = self.cfg.reward, self.sim.load_metrics
         return -(w.node_hot * (float(lm.node_hot_s[node]) - hot0) / 60.0
+                 + w.node_hot_mem * (float(lm.node_hot_mem_s[node]) - hot_mem0) / 60.0
                  + w.node_throttled * self._throttled(d) / 60.0
                  + w.node_oom * (self.sim.oom_kills_of(pod) - oom0))
 

@@ -601,6 +601,7 @@ def _flags(r: OnlineRecipe) -> list[str]:
             *([] if r.credit.size_buckets else ["--no-size-buckets"]),
             f"--credit-target {r.credit.target}",
             f"--horizon {r.reward.node_horizon_s:g}", f"--throttle-credit {r.reward.throttle_credit}",
+            f"--hot-mem-credit {r.reward.node_hot_mem:g}",
             f"--kube-weight {r.kube_weight:g}",
             f"--seed {r.seed}"]
 
@@ -645,6 +646,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--throttle-credit", default=d.reward.throttle_credit,
                     help="credit: whose throttled CPU a decision is charged: node (the chosen node's over "
                          "the horizon) or pod (the placed pod's own, until the horizon or its end)")
+    ap.add_argument("--hot-mem-credit", type=float, default=d.reward.node_hot_mem,
+                    help="credit: price of a minute the chosen node's windowed memory use spends above the "
+                         "hot threshold, against 0.1 for a hot CPU minute (0: not charged)")
     ap.add_argument("--kube-weight", type=float, default=d.kube_weight,
                     help="weight of kube-default's score / 100 added to the policy's logits wherever it "
                          "scores (kept in the checkpoint; 0: the logits alone)")
@@ -663,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--kube-weight: expected a number in [0, {MAX_KUBE_WEIGHT:g}], got {a.kube_weight:g}")
     if not math.isfinite(a.horizon) or a.horizon <= 0:
         ap.error(f"--horizon: expected seconds > 0, got {a.horizon:g}")
+    if not math.isfinite(a.hot_mem_credit) or a.hot_mem_credit < 0:
+        ap.error(f"--hot-mem-credit: expected a finite number >= 0, got {a.hot_mem_credit:g}")
     if a.throttle_credit not in THROTTLE_CREDITS:
         ap.error(f"--throttle-credit: expected node or pod, got {a.throttle_credit!r}")
     recipe = OnlineRecipe(profiles=tuple(p for p in a.profiles.split(",") if p),
@@ -676,7 +682,8 @@ def main(argv: list[str] | None = None) -> int:
                           credit_weights=a.credit_weights, scale=a.scale, workers=max(1, a.workers),
                           tie_weights=ties, engine=a.engine, kube_weight=a.kube_weight,
                           reward=replace(d.reward, node_horizon_s=a.horizon,
-                                         throttle_credit=a.throttle_credit))
+                                         throttle_credit=a.throttle_credit,
+                                         node_hot_mem=a.hot_mem_credit))
     try:
         summary = train(recipe, a.out, log=lambda m: print(m, file=sys.stderr, flush=True), init=a.init,
                         data_path=a.data)

@@ -139,10 +139,11 @@ class LoadMetrics:
         self.pod_time = self.contended_pod_time = 0.0
         self.frag_rate = self.frag_amount = self.stranded_cpu = self.stranded_mem = 0.0
         self._frag_time = 0.0
-        # Per node, cumulative: hot CPU seconds (single-pod ones included) and throttled CPU
-        # core-seconds; a node's outcome over an interval is the difference of two readings
-        # (the training environment's per-decision credit).
+        # Per node, cumulative: hot CPU seconds (single-pod ones included), hot memory seconds
+        # and throttled CPU core-seconds; a node's outcome over an interval is the difference of
+        # two readings (the training environment's per-decision credit).
         self.node_hot_s = np.zeros(n)
+        self.node_hot_mem_s = np.zeros(n)
         self.node_throttled = np.zeros(n)
 
     def tick(self, state: ClusterState, dt: float, cpu_demand: np.ndarray, pods_per_node: np.ndarray,
@@ -171,11 +172,15 @@ class LoadMetrics:
         n_single = int(np.count_nonzero(single))
         self.hot_cpu += dt * (int(np.count_nonzero(hot)) - n_single)
         self.single += dt * n_single
-        self.hot_mem += dt * int(np.count_nonzero(on_alive(mem_win > thr)))
+        hot_mem = mem_win > thr
+        if not every:
+            hot_mem &= alive
+        self.hot_mem += dt * int(np.count_nonzero(hot_mem))
         over = cpu_demand - cap_cpu
         np.maximum(over, 0.0, out=over)
         self.throttled += dt * float(on_alive(over).sum()) / 1000.0
         self.node_hot_s += dt * hot
+        self.node_hot_mem_s += dt * hot_mem
         self.node_throttled += (dt / 1000.0) * over
         self.pod_time += dt * float(on_alive(pods_per_node).sum())
         self.contended_pod_time += dt * float(pods_per_node[hot].sum())

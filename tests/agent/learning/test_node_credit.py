@@ -142,6 +142,49 @@ def test_pod_throttle_credit_keeps_the_hot_and_oom_terms_and_differs_only_in_thr
     assert sum(t < 0 for t in pod_term.values()) < sum(t < 0 for t in node_term.values())
 
 
+def _mem_env(horizon: float = HORIZON, **reward) -> SchedulingEnv:
+    """Pods that use most of the memory they request: nodes run memory-hot."""
+    nodes, pods = generate_cluster("web", 5, n_nodes=6, n_pods=600, trace_hours=12.0,
+                                   cpu_median_milli=1500.0, cpu_max_milli=8000)
+    cfg = EnvConfig(mode="replay", replay={"target_load": 0.9, "usage_mem_median": (0.9,) * 4},
+                    reward=RewardConfig(node_horizon_s=horizon, **reward))
+    return SchedulingEnv(nodes, pods, config=cfg, seed=3)
+
+
+def test_hot_memory_credit_charges_the_chosen_nodes_hot_memory_minutes_since_the_bind():
+    """Hot memory minutes alone (weight 1, horizon past the episode's end): each decision's credit
+    is minus its chosen node's hot memory minutes from the bind to the end, read off the per-node
+    counter; priced at 0 (the default) the credits are those without the term, decision for
+    decision."""
+    only_mem = {"node_hot": 0.0, "node_oom": 0.0, "node_throttled": 0.0, "node_hot_mem": 1.0}
+    env = _mem_env(horizon=1e9, **only_mem)
+    env.reset()
+    at_bind: dict[int, tuple[int, float]] = {}
+    credits: dict[int, float] = {}
+    done = False
+    while not done:
+        _, state, cand = env.pending
+        node = int(_pile(state, cand))
+        before = float(env.sim.load_metrics.node_hot_mem_s[node])
+        _, _, done, _, info = env.step_placement(Placement(node), observe=False)
+        if not done:
+            at_bind[info["decision"]] = (node, before)
+        credits.update(info["credits"])
+    end = env.sim.load_metrics.node_hot_mem_s
+    assert end.sum() == pytest.approx(env.sim.load_metrics.result()["hot_mem_node_s"])
+    assert end.max() > 600.0  # piling runs some node's memory hot for minutes
+    assert any(credits[s] < 0 for s in at_bind)
+    for s, (node, before) in at_bind.items():
+        assert credits[s] == pytest.approx(-(float(end[node]) - before) / 60.0, abs=1e-9)
+    assert RewardConfig().node_hot_mem == 0.0
+    _, default_c, _ = _run(_mem_env(), _pile)
+    _, zero_c, _ = _run(_mem_env(node_hot_mem=0.0), _pile)
+    _, priced_c, _ = _run(_mem_env(node_hot_mem=1.0), _pile)
+    assert default_c == zero_c
+    assert all(priced_c[s] <= default_c[s] + 1e-12 for s in default_c)
+    assert any(priced_c[s] < default_c[s] for s in default_c)
+
+
 def test_the_default_throttle_credit_is_the_nodes_and_others_are_refused():
     assert RewardConfig().throttle_credit == "node"
     with pytest.raises(ValueError, match="throttle_credit"):

@@ -48,6 +48,18 @@ def test_a_steadily_hot_node_counts_its_time_a_cool_one_none() -> None:
     assert r["single_pod_hot_node_s"] == 0.0 and r["throttled_cpu_core_s"] == 0.0
 
 
+def test_hot_memory_time_is_counted_per_node_and_a_dead_node_counts_none() -> None:
+    s = _state(3)
+    m = LoadMetrics(s)
+    s.alive[2] = False
+    for _ in range(60):
+        s.mem_used[:] = np.array([0.90, 0.50, 0.95]) * s.nodes.mem
+        _tick(m, s, 10.0, [0.50, 0.50, 0.50])
+    assert m.node_hot_mem_s.tolist() == pytest.approx([600.0, 0.0, 0.0])
+    assert m.result()["hot_mem_node_s"] == pytest.approx(600.0)
+    assert m.node_hot_s.tolist() == [0.0, 0.0, 0.0]
+
+
 def test_flicker_across_the_threshold_is_not_hot() -> None:
     # 0.70 / 0.95 alternating: crosses 85% every other tick, yet its 5-minute mean is 82.5%.
     s = _state(1)
