@@ -38,8 +38,9 @@ inputs and its serving path are those of every node-scoring policy (``NodeScorin
 The same regression runs on a deployed member's decision log, whose records carry the outcome
 of every bound decision (``agent/serving/outcomes.py``): :func:`credited_from_log` turns a
 record's outcome into the same credit (its node's hot minutes and the pod's OOM kills over the
-horizon; throttling is not measured there and counts 0) and its tie from the chosen node's
-features (:func:`tie_from_features`, kube-default's formula on the feature columns). A
+horizon; throttling and hot memory minutes are not measured there and count 0) and its tie from
+the chosen node's features (:func:`tie_from_features`, kube-default's formula on the feature
+columns). A
 federated member's simulated experience is kept in the same log format with the credit and the
 tie recorded exactly (reward columns ``credit`` and ``tie``). :func:`fit_credit` takes FedProx's
 proximal term (``proximal_mu`` with an ``anchor``).
