@@ -648,7 +648,8 @@ def main(argv: list[str] | None = None) -> int:
                          "the horizon) or pod (the placed pod's own, until the horizon or its end)")
     ap.add_argument("--hot-mem-credit", type=float, default=d.reward.node_hot_mem,
                     help="credit: price of a minute the chosen node's windowed memory use spends above the "
-                         "hot threshold, against 0.1 for a hot CPU minute (0: not charged)")
+                         "hot threshold, as given under either --credit-weights (a hot CPU minute costs 0.1 "
+                         "with fixed weights); 0: not charged")
     ap.add_argument("--kube-weight", type=float, default=d.kube_weight,
                     help="weight of kube-default's score / 100 added to the policy's logits wherever it "
                          "scores (kept in the checkpoint; 0: the logits alone)")

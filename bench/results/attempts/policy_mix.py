@@ -2,7 +2,8 @@
 next to the shipped scoring (``policy_fgd_mix.py``, ``policy_mem_mix.py``): ``policy score + L * s *
 term``, ``s`` the ratio of the two scores' mean spreads (standard deviations over the candidates)
 over the run's first decisions (so ``L`` = 1 gives the term the policy's own spread; measured,
-never fitted on outcomes). A subclass says what the term is (:meth:`PolicyMix.term`).
+never fitted on outcomes). A subclass says what the term is (:meth:`PolicyMix.term`) and may
+shape it after its spread set the scale (:meth:`PolicyMix.shape`: a hinge acts only past a level).
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ class PolicyMix(Scheduler):
         """The score put beside the policy's, per candidate (higher is better)."""
         raise NotImplementedError
 
+    def shape(self, term: np.ndarray) -> np.ndarray:
+        """The term as added, after its spread set the scale (default: as it is)."""
+        return term
+
     def select_gpus(self, *args, **kwargs):
         return self.policy.select_gpus(*args, **kwargs)
 
@@ -42,4 +47,4 @@ class PolicyMix(Scheduler):
                 sp, st = np.mean(self.spreads, axis=0)
                 self.scale = sp / st if st > 0 else 0.0
         s = self.scale if self.scale is not None else 0.0
-        return p + self.weight * s * t
+        return p + self.weight * s * self.shape(t)
