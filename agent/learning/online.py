@@ -461,7 +461,8 @@ def _collection_key(recipe: OnlineRecipe) -> dict[str, Any]:
             "horizon_s": recipe.reward.node_horizon_s,
             # only when not the default, so decisions kept before the option existed still match
             **({} if recipe.reward.throttle_credit == "node"
-               else {"throttle_credit": recipe.reward.throttle_credit})}
+               else {"throttle_credit": recipe.reward.throttle_credit}),
+            **({} if recipe.reward.node_hot_mem == 0 else {"hot_mem_credit": recipe.reward.node_hot_mem})}
 
 
 def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None = None,

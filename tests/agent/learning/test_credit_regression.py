@@ -219,6 +219,32 @@ def test_the_throttle_credit_flag_reaches_the_recipe_its_data_key_and_its_reprod
         assert "--throttle-credit: expected node or pod" in err[-1]
 
 
+def test_the_hot_memory_credit_flag_reaches_the_recipe_its_data_key_and_its_reproduce_command(
+        monkeypatch, capsys, tmp_path):
+    from fedsched.agent.learning import online
+
+    seen = {}
+
+    def fake_train(recipe, out, **_):  # the parsed recipe, without the run
+        seen["recipe"] = recipe
+        return {"checkpoint": str(out / "checkpoint.pt"), "samples": 0, "wall_s": 0.0}
+
+    monkeypatch.setattr(online, "train", fake_train)
+    assert online.main(["--out", str(tmp_path), "--no-validate"]) == 0
+    unpriced = seen["recipe"]
+    assert unpriced.reward.node_hot_mem == 0.0  # the default: the credit as before
+    assert "hot_mem_credit" not in online._collection_key(unpriced)  # decisions kept before still match
+    assert online.main(["--out", str(tmp_path), "--hot-mem-credit", "0.4", "--no-validate"]) == 0
+    priced = seen["recipe"]
+    assert priced.reward.node_hot_mem == 0.4
+    assert online._collection_key(priced)["hot_mem_credit"] == 0.4  # kept decisions are per price
+    assert "--hot-mem-credit 0.4" in online._flags(priced)
+    for bad in ("-0.1", "nan", "inf"):
+        with pytest.raises(SystemExit):
+            online.main(["--out", str(tmp_path), "--hot-mem-credit", bad])
+        assert "--hot-mem-credit: expected a finite number >= 0" in capsys.readouterr().err
+
+
 def _credited(credits: list[float], ties: list[float] | None = None) -> list:
     from fedsched.agent.learning.credit import Credited
 
