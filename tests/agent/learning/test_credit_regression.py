@@ -163,23 +163,35 @@ def test_several_tie_weights_need_the_validation_that_chooses_between_them(tmp_p
         train(recipe, tmp_path / "run")
 
 
-def test_the_credit_horizon_flag_reaches_the_recipe_and_its_reproduce_command(monkeypatch, capsys, tmp_path):
+def _recipe_parser(monkeypatch, tmp_path):
+    """``parse(*flags)``: the recipe ``online.main`` builds from ``flags`` (with ``--no-validate``),
+    its training replaced so that nothing runs; the command must succeed."""
     from fedsched.agent.learning import online
 
     seen = {}
 
-    def fake_train(recipe, out, **_):  # the parsed recipe, without the run
+    def fake_train(recipe, out, **_):
         seen["recipe"] = recipe
         return {"checkpoint": str(out / "checkpoint.pt"), "samples": 0, "wall_s": 0.0}
 
     monkeypatch.setattr(online, "train", fake_train)
-    assert online.main(["--out", str(tmp_path), "--horizon", "7200", "--no-validate"]) == 0
-    recipe = seen["recipe"]
+
+    def parse(*flags: str):
+        assert online.main(["--out", str(tmp_path), *flags, "--no-validate"]) == 0
+        return seen["recipe"]
+
+    return parse
+
+
+def test_the_credit_horizon_flag_reaches_the_recipe_and_its_reproduce_command(monkeypatch, capsys, tmp_path):
+    from fedsched.agent.learning import online
+
+    parse = _recipe_parser(monkeypatch, tmp_path)
+    recipe = parse("--horizon", "7200")
     assert recipe.reward.node_horizon_s == 7200.0
     assert online._collection_key(recipe)["horizon_s"] == 7200.0  # kept decisions are per horizon
     assert "--horizon 7200" in online._flags(recipe)
-    assert online.main(["--out", str(tmp_path), "--no-validate"]) == 0
-    assert seen["recipe"].reward.node_horizon_s == 1800.0  # the default: 30 minutes
+    assert parse().reward.node_horizon_s == 1800.0  # the default: 30 minutes
     for bad in ("0", "-5", "nan"):
         with pytest.raises(SystemExit):
             online.main(["--out", str(tmp_path), "--horizon", bad])
@@ -190,21 +202,12 @@ def test_the_throttle_credit_flag_reaches_the_recipe_its_data_key_and_its_reprod
         monkeypatch, capsys, tmp_path):
     from fedsched.agent.learning import online
 
-    seen = {}
-
-    def fake_train(recipe, out, **_):  # the parsed recipe, without the run
-        seen["recipe"] = recipe
-        return {"checkpoint": str(out / "checkpoint.pt"), "samples": 0, "wall_s": 0.0}
-
-    monkeypatch.setattr(online, "train", fake_train)
-    assert online.main(["--out", str(tmp_path), "--no-validate"]) == 0
-    node = seen["recipe"]
+    parse = _recipe_parser(monkeypatch, tmp_path)
+    node = parse()
     assert node.reward.throttle_credit == "node"  # the default: today's credit
     assert "throttle_credit" not in online._collection_key(node)  # decisions kept before still match
     assert "--throttle-credit node" in online._flags(node)
-    assert online.main(["--out", str(tmp_path), "--throttle-credit", "pod", "--horizon", "7200",
-                        "--no-validate"]) == 0
-    pod = seen["recipe"]
+    pod = parse("--throttle-credit", "pod", "--horizon", "7200")
     assert pod.reward.throttle_credit == "pod" and pod.reward.node_horizon_s == 7200.0
     assert online._collection_key(pod)["throttle_credit"] == "pod"  # kept decisions are per credit
     assert online._collection_key(pod) != online._collection_key(replace(pod, reward=node.reward))
@@ -223,19 +226,11 @@ def test_the_hot_memory_credit_flag_reaches_the_recipe_its_data_key_and_its_repr
         monkeypatch, capsys, tmp_path):
     from fedsched.agent.learning import online
 
-    seen = {}
-
-    def fake_train(recipe, out, **_):  # the parsed recipe, without the run
-        seen["recipe"] = recipe
-        return {"checkpoint": str(out / "checkpoint.pt"), "samples": 0, "wall_s": 0.0}
-
-    monkeypatch.setattr(online, "train", fake_train)
-    assert online.main(["--out", str(tmp_path), "--no-validate"]) == 0
-    unpriced = seen["recipe"]
+    parse = _recipe_parser(monkeypatch, tmp_path)
+    unpriced = parse()
     assert unpriced.reward.node_hot_mem == 0.0  # the default: the credit as before
     assert "hot_mem_credit" not in online._collection_key(unpriced)  # decisions kept before still match
-    assert online.main(["--out", str(tmp_path), "--hot-mem-credit", "0.4", "--no-validate"]) == 0
-    priced = seen["recipe"]
+    priced = parse("--hot-mem-credit", "0.4")
     assert priced.reward.node_hot_mem == 0.4
     assert online._collection_key(priced)["hot_mem_credit"] == 0.4  # kept decisions are per price
     assert "--hot-mem-credit 0.4" in online._flags(priced)
@@ -285,13 +280,9 @@ def test_an_unknown_credit_target_is_refused_and_the_flag_reaches_the_recipe(mon
 
     with pytest.raises(ValueError, match="unknown credit target 'median'"):
         targets(_credited([-1.0]), 0.3, "median")
-    seen = {}
-    monkeypatch.setattr(online, "train", lambda recipe, out, **_: seen.update(recipe=recipe) or {
-        "checkpoint": str(out / "checkpoint.pt"), "samples": 0, "wall_s": 0.0})
-    assert online.main(["--out", str(tmp_path), "--no-validate"]) == 0
-    assert seen["recipe"].credit.target == "log"  # the default: the shipped policy's fit
-    assert online.main(["--out", str(tmp_path), "--credit-target", "mean", "--no-validate"]) == 0
-    recipe = seen["recipe"]
+    parse = _recipe_parser(monkeypatch, tmp_path)
+    assert parse().credit.target == "log"  # the default: the shipped policy's fit
+    recipe = parse("--credit-target", "mean")
     assert recipe.credit.target == "mean" and "--credit-target mean" in online._flags(recipe)
     assert "target" not in online._collection_key(recipe)  # a fit choice: kept decisions serve both
     with pytest.raises(SystemExit):
@@ -302,14 +293,10 @@ def test_an_unknown_credit_target_is_refused_and_the_flag_reaches_the_recipe(mon
 def test_the_kube_weight_flag_reaches_the_recipe_and_its_reproduce_command(monkeypatch, capsys, tmp_path):
     from fedsched.agent.learning import online
 
-    seen = {}
-    monkeypatch.setattr(online, "train", lambda recipe, out, **_: seen.update(recipe=recipe) or {
-        "checkpoint": str(out / "checkpoint.pt"), "samples": 0, "wall_s": 0.0})
-    assert online.main(["--out", str(tmp_path), "--no-validate"]) == 0
-    weight = seen["recipe"].kube_weight
+    parse = _recipe_parser(monkeypatch, tmp_path)
+    weight = parse().kube_weight
     assert weight == 0.0 and scoring_metadata(weight) == {}  # the logits alone
-    assert online.main(["--out", str(tmp_path), "--kube-weight", "1", "--no-validate"]) == 0
-    recipe = seen["recipe"]
+    recipe = parse("--kube-weight", "1")
     assert scoring_metadata(recipe.kube_weight) == {"kube_weight": 1.0}
     assert "--kube-weight 1" in online._flags(recipe)
     assert "kube_weight" not in online._collection_key(recipe)  # a scoring choice: kept decisions serve both

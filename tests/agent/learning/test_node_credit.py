@@ -16,9 +16,14 @@ from fedsched.common.schedulers.base import Placement
 HORIZON = 1800.0
 
 
+def _cluster():
+    """The small web cluster every environment here replays (6 nodes, 600 pods, 12 hours)."""
+    return generate_cluster("web", 5, n_nodes=6, n_pods=600, trace_hours=12.0,
+                            cpu_median_milli=1500.0, cpu_max_milli=8000)
+
+
 def _env(seed: int = 3) -> SchedulingEnv:
-    nodes, pods = generate_cluster("web", 5, n_nodes=6, n_pods=600, trace_hours=12.0,
-                                   cpu_median_milli=1500.0, cpu_max_milli=8000)
+    nodes, pods = _cluster()
     cfg = EnvConfig(mode="replay", replay={"target_load": 0.9},
                     reward=RewardConfig(node_horizon_s=HORIZON))
     return SchedulingEnv(nodes, pods, config=cfg, seed=seed)
@@ -100,8 +105,7 @@ def test_ppo_adds_a_credit_to_the_step_that_took_the_decision_and_drops_older_on
 
 
 def _throttle_env(credit: str, horizon: float = HORIZON, **reward) -> SchedulingEnv:
-    nodes, pods = generate_cluster("web", 5, n_nodes=6, n_pods=600, trace_hours=12.0,
-                                   cpu_median_milli=1500.0, cpu_max_milli=8000)
+    nodes, pods = _cluster()
     cfg = EnvConfig(mode="replay", replay={"target_load": 0.9, "failure_rate_per_node_hour": 0.05,
                                            "usage_cpu_median": 0.8},  # throttled nodes, evictions
                     reward=RewardConfig(node_horizon_s=horizon, throttle_credit=credit, **reward))
@@ -144,8 +148,7 @@ def test_pod_throttle_credit_keeps_the_hot_and_oom_terms_and_differs_only_in_thr
 
 def _mem_env(horizon: float = HORIZON, **reward) -> SchedulingEnv:
     """Pods that use most of the memory they request: nodes run memory-hot."""
-    nodes, pods = generate_cluster("web", 5, n_nodes=6, n_pods=600, trace_hours=12.0,
-                                   cpu_median_milli=1500.0, cpu_max_milli=8000)
+    nodes, pods = _cluster()
     cfg = EnvConfig(mode="replay", replay={"target_load": 0.9, "usage_mem_median": (0.9,) * 4},
                     reward=RewardConfig(node_horizon_s=horizon, **reward))
     return SchedulingEnv(nodes, pods, config=cfg, seed=3)
