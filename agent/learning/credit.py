@@ -4,7 +4,8 @@ logged them).
 
 The node credit (``RewardConfig.node_horizon_s``, ``agent/learning/env.py``) charges a replay
 decision its chosen node's hot CPU minutes, throttled CPU core-minutes and the OOM kills of the
-pod it placed over the horizon after the bind; with ``RewardConfig.throttle_credit = "pod"`` the
+pod it placed (with ``RewardConfig.oom_credit = "node"`` every kill on the node) over the horizon
+after the bind; with ``RewardConfig.throttle_credit = "pod"`` the
 throttling charged is instead the placed pod's own throttled CPU core-minutes over that run of it
 within the horizon (its share of its node's demand above capacity: what it caused and suffered,
 not what other pods on the node did later), priced by the same ``node_throttled`` weight.

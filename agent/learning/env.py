@@ -34,8 +34,12 @@ overload and load-variance terms charge a decision for whatever happened anywher
 previous one, which says little about the decision itself. With node credit, each decision
 is instead charged its *own chosen node's* outcome over the horizon after its bind: the
 node's hot CPU minutes and throttled CPU core-minutes (the online metrics' per-node counters,
-``LoadMetrics.node_hot_s`` / ``node_throttled``), the OOM kills of the pod it placed and, where
-``RewardConfig.node_hot_mem`` prices them, the node's hot memory minutes (``node_hot_mem_s``). What
+``LoadMetrics.node_hot_s`` / ``node_throttled``), OOM kills and, where
+``RewardConfig.node_hot_mem`` prices them, the node's hot memory minutes (``node_hot_mem_s``). Whose
+OOM kills is ``RewardConfig.oom_credit``: ``"pod"`` (the default) the placed pod's own; ``"node"``
+every kill on the chosen node (``NodeStats.oom_count``), which is what a deployed member measures
+(``agent/serving/outcomes.py``) and charges the decision whose pod pushed memory over even when
+the kernel's choice (the lowest-priority, most recently started pod) kills another. What
 throttling is charged is ``RewardConfig.throttle_credit``: ``"node"`` (the default) the chosen
 node's, whoever's demand caused it (over hours mostly other decisions' doing); ``"pod"`` the
 placed pod's own throttled CPU core-minutes (``ReplaySimulator.pod_throttled_core_s``: its share
@@ -78,6 +82,7 @@ from fedsched.common.sim.packing import PackingSimulator
 
 OBS_BOUND = 100.0  # features are clipped to [-OBS_BOUND, OBS_BOUND]
 THROTTLE_CREDITS = ("node", "pod")  # RewardConfig.throttle_credit
+OOM_CREDITS = ("pod", "node")  # RewardConfig.oom_credit
 
 
 @dataclass
@@ -114,7 +119,7 @@ class RewardConfig:
     node_throttled: float = 0.1
     """replay node credit: - CPU core-minutes throttled on the chosen node"""
     node_oom: float = 2.0
-    """replay node credit: - OOM kills of the placed pod"""
+    """replay node credit: - OOM kills of the placed pod (or on the chosen node: ``oom_credit``)"""
     node_hot_mem: float = 0.0
     """replay node credit: - minutes the chosen node's windowed memory use spends above the
     threshold (0: not charged; a dense sign of the memory pressure behind rare OOM kills)"""
@@ -122,6 +127,9 @@ class RewardConfig:
     """replay node credit: whose throttled CPU ``node_throttled`` charges: ``"node"`` the chosen
     node's over the horizon, ``"pod"`` the placed pod's own from its bind until the horizon has
     passed or that run of it ends (module docstring)"""
+    oom_credit: str = "pod"
+    """replay node credit: whose OOM kills ``node_oom`` charges: ``"pod"`` the placed pod's own,
+    ``"node"`` every kill on the chosen node over the horizon (module docstring)"""
 
     invalid_action: float = 1.0
     """both: - per action on a masked node (then kube-default decides)"""
@@ -180,8 +188,11 @@ class SchedulingEnv(gym.Env):
         self._serial = 0
         self._open = []
         self._node_credit = cfg.mode == "replay" and cfg.reward.node_horizon_s > 0
+        self._oom_node = cfg.reward.oom_credit == "node"
         if cfg.reward.throttle_credit not in THROTTLE_CREDITS:
             raise ValueError(f"unknown throttle_credit {cfg.reward.throttle_credit!r}: expected node or pod")
+        if cfg.reward.oom_credit not in OOM_CREDITS:
+            raise ValueError(f"unknown oom_credit {cfg.reward.oom_credit!r}: expected pod or node")
 
     # ---- gym API ---------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -264,8 +275,9 @@ class SchedulingEnv(gym.Env):
             thr0, rel0 = float(sim.pod_throttled_core_s(pod)[0]), sim.releases_of(pod)
         else:
             thr0, rel0 = float(lm.node_throttled[node]), -1
+        oom0 = int(sim.node_stats.oom_count[node]) if self._oom_node else sim.oom_kills_of(pod)
         self._open.append([serial, node, pod, sim.now, float(lm.node_hot_s[node]), thr0,
-                           sim.oom_kills_of(pod), rel0, None, float(lm.node_hot_mem_s[node])])
+                           oom0, rel0, None, float(lm.node_hot_mem_s[node])])
 
     def _throttled(self, d: list) -> float:
         """Throttled core-seconds charged to open decision ``d`` so far."""
@@ -287,10 +299,11 @@ class SchedulingEnv(gym.Env):
     def _credit(self, d: list) -> float:
         _, node, pod, _, hot0, _, oom0, _, _, hot_mem0 = d
         w, lm = self.cfg.reward, self.sim.load_metrics
+        kills = int(self.sim.node_stats.oom_count[node]) if self._oom_node else self.sim.oom_kills_of(pod)
         return -(w.node_hot * (float(lm.node_hot_s[node]) - hot0) / 60.0
                  + w.node_hot_mem * (float(lm.node_hot_mem_s[node]) - hot_mem0) / 60.0
                  + w.node_throttled * self._throttled(d) / 60.0
-                 + w.node_oom * (self.sim.oom_kills_of(pod) - oom0))
+                 + w.node_oom * (kills - oom0))
 
     def _mature(self, everything: bool = False) -> list[tuple[int, float]]:
         """Credits of the open decisions whose horizon has passed (all of them at the end). The

@@ -31,7 +31,9 @@ new collection. ``--credit-weights trouble`` (the default) prices each environme
 credit as the trouble score does on that cluster (``credit.trouble_weights``). ``--horizon`` sets
 the credit's horizon and ``--throttle-credit`` whose throttling it charges a decision: ``node``
 (the default) the chosen node's, ``pod`` the placed pod's own (``RewardConfig.throttle_credit``);
-both are part of the key under which ``--data`` keeps decisions. ``--credit-target`` is a fit
+``--oom-credit`` whose OOM kills: ``pod`` (the default) the placed pod's, ``node`` every kill on
+the chosen node (``RewardConfig.oom_credit``); all are part of the key under which ``--data``
+keeps decisions. ``--credit-target`` is a fit
 choice (kept decisions serve both): ``log`` (the default) regresses on ``log1p`` of the cost,
 ``mean`` on the cost itself (``credit.targets``; measured worse, see the policies README).
 ``--kube-weight W`` keeps kube-default beside the policy wherever it scores: its logits plus W
@@ -69,7 +71,7 @@ from fedsched.agent.learning.credit import (
     collect_credited,
     fit_credit,
 )
-from fedsched.agent.learning.env import THROTTLE_CREDITS, EnvConfig, RewardConfig, SchedulingEnv
+from fedsched.agent.learning.env import OOM_CREDITS, THROTTLE_CREDITS, EnvConfig, RewardConfig, SchedulingEnv
 from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
 from fedsched.common.compute import worker_pool
 from fedsched.common.learning.checkpoint import data_hash, load_checkpoint, save_checkpoint
@@ -462,7 +464,10 @@ def _collection_key(recipe: OnlineRecipe) -> dict[str, Any]:
             # only when not the default, so decisions kept before the option existed still match
             **({} if recipe.reward.throttle_credit == "node"
                else {"throttle_credit": recipe.reward.throttle_credit}),
-            **({} if recipe.reward.node_hot_mem == 0 else {"hot_mem_credit": recipe.reward.node_hot_mem})}
+            **({} if recipe.reward.node_hot_mem == 0 else {"hot_mem_credit": recipe.reward.node_hot_mem}),
+            **({} if recipe.reward.oom_credit == "pod" else {"oom_credit": recipe.reward.oom_credit}),
+            **({} if recipe.reward.node_oom == RewardConfig.node_oom
+               else {"oom_price": recipe.reward.node_oom})}
 
 
 def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None = None,
@@ -602,7 +607,8 @@ def _flags(r: OnlineRecipe) -> list[str]:
             *([] if r.credit.size_buckets else ["--no-size-buckets"]),
             f"--credit-target {r.credit.target}",
             f"--horizon {r.reward.node_horizon_s:g}", f"--throttle-credit {r.reward.throttle_credit}",
-            f"--hot-mem-credit {r.reward.node_hot_mem:g}",
+            f"--hot-mem-credit {r.reward.node_hot_mem:g}", f"--oom-credit {r.reward.oom_credit}",
+            f"--oom-price {r.reward.node_oom:g}",
             f"--kube-weight {r.kube_weight:g}",
             f"--seed {r.seed}"]
 
@@ -651,6 +657,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="credit: price of a minute the chosen node's windowed memory use spends above the "
                          "hot threshold, as given under either --credit-weights (a hot CPU minute costs 0.1 "
                          "with fixed weights); 0: not charged")
+    ap.add_argument("--oom-credit", default=d.reward.oom_credit,
+                    help="credit: whose OOM kills a decision is charged: pod (the placed pod's own) or node "
+                         "(every kill on the chosen node over the horizon, as a deployed member measures)")
+    ap.add_argument("--oom-price", type=float, default=d.reward.node_oom,
+                    help="credit, with --credit-weights fixed: price of one OOM kill (a hot CPU minute "
+                         "costs 0.1); trouble weights price it per cluster")
     ap.add_argument("--kube-weight", type=float, default=d.kube_weight,
                     help="weight of kube-default's score / 100 added to the policy's logits wherever it "
                          "scores (kept in the checkpoint; 0: the logits alone)")
@@ -673,6 +685,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--hot-mem-credit: expected a finite number >= 0, got {a.hot_mem_credit:g}")
     if a.throttle_credit not in THROTTLE_CREDITS:
         ap.error(f"--throttle-credit: expected node or pod, got {a.throttle_credit!r}")
+    if not math.isfinite(a.oom_price) or a.oom_price < 0:
+        ap.error(f"--oom-price: expected a finite number >= 0, got {a.oom_price:g}")
+    if a.oom_price != d.reward.node_oom and a.credit_weights != "fixed":
+        ap.error("--oom-price: only with --credit-weights fixed (trouble weights price a kill per cluster)")
+    if a.oom_credit not in OOM_CREDITS:
+        ap.error(f"--oom-credit: expected pod or node, got {a.oom_credit!r}")
     recipe = OnlineRecipe(profiles=tuple(p for p in a.profiles.split(",") if p),
                           clusters_per_profile=a.clusters_per_profile, target_loads=loads,
                           method=a.method, teacher=a.teacher,
@@ -685,7 +703,8 @@ def main(argv: list[str] | None = None) -> int:
                           tie_weights=ties, engine=a.engine, kube_weight=a.kube_weight,
                           reward=replace(d.reward, node_horizon_s=a.horizon,
                                          throttle_credit=a.throttle_credit,
-                                         node_hot_mem=a.hot_mem_credit))
+                                         node_hot_mem=a.hot_mem_credit, oom_credit=a.oom_credit,
+                                         node_oom=a.oom_price))
     try:
         summary = train(recipe, a.out, log=lambda m: print(m, file=sys.stderr, flush=True), init=a.init,
                         data_path=a.data)

@@ -240,6 +240,33 @@ def test_the_hot_memory_credit_flag_reaches_the_recipe_its_data_key_and_its_repr
         assert "--hot-mem-credit: expected a finite number >= 0" in capsys.readouterr().err
 
 
+def test_the_oom_credit_and_price_flags_reach_the_recipe_its_data_key_and_its_reproduce_command(
+        monkeypatch, capsys, tmp_path):
+    from fedsched.agent.learning import online
+
+    parse = _recipe_parser(monkeypatch, tmp_path)
+    plain = parse()
+    assert plain.reward.oom_credit == "pod" and plain.reward.node_oom == 2.0  # the defaults: as before
+    assert not {"oom_credit", "oom_price"} & set(online._collection_key(plain))  # kept decisions match
+    node = parse("--oom-credit", "node", "--credit-weights", "fixed", "--oom-price", "10")
+    assert node.reward.oom_credit == "node" and node.reward.node_oom == 10.0
+    key = online._collection_key(node)
+    assert key["oom_credit"] == "node" and key["oom_price"] == 10.0  # kept decisions are per credit
+    assert "--oom-credit node" in online._flags(node) and "--oom-price 10" in online._flags(node)
+    typical = online.reference_typical(_tiny(1))
+    envs, _ = online.build_envs(replace(_tiny(1), reward=node.reward), typical, node.reward, only=[0])
+    assert envs[0].cfg.reward.oom_credit == "node"  # reaches the environments
+    fixed = ["--credit-weights", "fixed"]
+    for argv, message in ((["--oom-credit", "cluster"], "--oom-credit: expected pod or node"),
+                          (["--oom-credit", ""], "--oom-credit: expected pod or node"),
+                          (["--oom-price", "-1", *fixed], "--oom-price: expected a finite"),
+                          (["--oom-price", "nan", *fixed], "--oom-price: expected a finite"),
+                          (["--oom-price", "5", "--credit-weights", "trouble"], "--oom-price: only with")):
+        with pytest.raises(SystemExit):
+            online.main(["--out", str(tmp_path), *argv])
+        assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
 def _credited(credits: list[float], ties: list[float] | None = None) -> list:
     from fedsched.agent.learning.credit import Credited
 

@@ -188,6 +188,46 @@ def test_hot_memory_credit_charges_the_chosen_nodes_hot_memory_minutes_since_the
     assert any(priced_c[s] < default_c[s] for s in default_c)
 
 
+def test_node_oom_credit_charges_every_kill_on_the_chosen_node_since_the_bind():
+    """OOM kills alone (weight 1, horizon past the episode's end): with ``oom_credit="node"`` each
+    decision's credit is minus the kills on its chosen node from the bind to the end, whichever
+    pod the kernel picked, read off the node's counter; the placed pod's own kills (the default)
+    charge fewer decisions."""
+    only_oom = {"node_hot": 0.0, "node_oom": 1.0, "node_throttled": 0.0}
+
+    def _oom_env(**reward) -> SchedulingEnv:  # pods using 2.5x the memory they request: kills
+        nodes, pods = _cluster()
+        cfg = EnvConfig(mode="replay", replay={"target_load": 0.9, "usage_mem_median": (2.5,) * 4},
+                        reward=RewardConfig(node_horizon_s=1e9, **only_oom, **reward))
+        return SchedulingEnv(nodes, pods, config=cfg, seed=3)
+
+    env = _oom_env(oom_credit="node")
+    env.reset()
+    at_bind: dict[int, tuple[int, int]] = {}
+    credits: dict[int, float] = {}
+    done = False
+    while not done:
+        _, state, cand = env.pending
+        node = int(_pile(state, cand))
+        before = int(env.sim.node_stats.oom_count[node])
+        _, _, done, _, info = env.step_placement(Placement(node), observe=False)
+        if not done:
+            at_bind[info["decision"]] = (node, before)
+        credits.update(info["credits"])
+    end = env.sim.node_stats.oom_count
+    assert int(end.sum()) == env.sim.counters["oom_events"] > 5  # piling memory-heavy pods kills
+    for s, (node, before) in at_bind.items():
+        assert credits[s] == -(int(end[node]) - before)
+    _, pod_c, chosen = _run(_oom_env(oom_credit="pod"), _pile)
+    _, default_c, _ = _run(_oom_env(), _pile)
+    _, node_c, chosen_n = _run(_oom_env(oom_credit="node"), _pile)
+    assert RewardConfig().oom_credit == "pod" and default_c == pod_c  # the default: as before
+    assert chosen == chosen_n  # the same episode, decision for decision
+    assert sum(c < 0 for c in node_c.values()) > sum(c < 0 for c in pod_c.values())  # denser
+    with pytest.raises(ValueError, match="oom_credit"):
+        _oom_env(oom_credit="cluster")
+
+
 def test_the_default_throttle_credit_is_the_nodes_and_others_are_refused():
     assert RewardConfig().throttle_credit == "node"
     with pytest.raises(ValueError, match="throttle_credit"):
