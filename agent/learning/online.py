@@ -56,6 +56,7 @@ import math
 import os
 import sys
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -155,6 +156,11 @@ class OnlineRecipe:
     workers: int = 1
     """processes collecting credited decisions in parallel (each steps its share of the
     environments); 1: in this process"""
+    mem_use_range: tuple[float, float] | None = None
+    """training clusters only: the usage model's median memory use per request
+    (``ReplayConfig.usage_mem_median``, every QoS class alike) drawn log-uniformly in this range
+    per cluster, from a stream of its own (the clusters and pods are those drawn without it); None:
+    the usage model's calibrated default everywhere. Validation clusters keep the default"""
     test_fraction: float = 0.3
     """hash split: the test part (never used here)"""
     val_fraction: float = 0.1
@@ -256,6 +262,15 @@ def reference_typical(recipe: OnlineRecipe) -> TypicalPods:
     return openb_typical(recipe.test_fraction, recipe.val_fraction)
 
 
+def mem_use_level(recipe: OnlineRecipe, profile: str, i: int) -> float:
+    """Training cluster ``i`` of ``profile``: its median memory use per request, log-uniform in
+    ``recipe.mem_use_range`` (a stream of its own: the cluster's other draws do not move)."""
+    assert recipe.mem_use_range is not None
+    lo, hi = recipe.mem_use_range
+    rng = np.random.default_rng([1000 * recipe.seed + i, zlib.crc32(profile.encode()), 0x4D454D])
+    return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+
 def build_envs(recipe: OnlineRecipe, typical: TypicalPods, reward: RewardConfig | None = None,
                only: Sequence[int] | None = None) -> tuple[list[SchedulingEnv], list[str]]:
     """The replay training environments (train pods only) and a hash of their data; ``only``:
@@ -273,6 +288,8 @@ def build_envs(recipe: OnlineRecipe, typical: TypicalPods, reward: RewardConfig 
             train, _, _ = split_train_val_test(pods, recipe.test_fraction, recipe.val_fraction)
             replay["target_load"] = recipe.target_loads[k % len(recipe.target_loads)]
             replay["allow_unreachable_load"] = True  # a training cluster may not reach every load
+            if recipe.mem_use_range is not None:
+                replay["usage_mem_median"] = (mem_use_level(recipe, profile, i),) * 4
             k += 1
             envs.append((nodes, fits_somewhere(train, nodes), replay))
             hashes.append(data_hash(train))
@@ -467,7 +484,8 @@ def _collection_key(recipe: OnlineRecipe) -> dict[str, Any]:
             **({} if recipe.reward.node_hot_mem == 0 else {"hot_mem_credit": recipe.reward.node_hot_mem}),
             **({} if recipe.reward.oom_credit == "pod" else {"oom_credit": recipe.reward.oom_credit}),
             **({} if recipe.reward.node_oom == RewardConfig.node_oom
-               else {"oom_price": recipe.reward.node_oom})}
+               else {"oom_price": recipe.reward.node_oom}),
+            **({} if recipe.mem_use_range is None else {"mem_use_range": list(recipe.mem_use_range)})}
 
 
 def train(recipe: OnlineRecipe, out: Path, log: Any = print, init: Path | None = None,
@@ -609,6 +627,8 @@ def _flags(r: OnlineRecipe) -> list[str]:
             f"--horizon {r.reward.node_horizon_s:g}", f"--throttle-credit {r.reward.throttle_credit}",
             f"--hot-mem-credit {r.reward.node_hot_mem:g}", f"--oom-credit {r.reward.oom_credit}",
             f"--oom-price {r.reward.node_oom:g}",
+            *([] if r.mem_use_range is None
+              else [f"--mem-use-range {','.join(f'{x:g}' for x in r.mem_use_range)}"]),
             f"--kube-weight {r.kube_weight:g}",
             f"--seed {r.seed}"]
 
@@ -663,6 +683,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--oom-price", type=float, default=d.reward.node_oom,
                     help="credit, with --credit-weights fixed: price of one OOM kill (a hot CPU minute "
                          "costs 0.1); trouble weights price it per cluster")
+    ap.add_argument("--mem-use-range", default=None,
+                    help="LO,HI: each training cluster's median memory use per request drawn log-uniformly "
+                         "in [LO, HI] (default: the usage model's calibrated level everywhere)")
     ap.add_argument("--kube-weight", type=float, default=d.kube_weight,
                     help="weight of kube-default's score / 100 added to the policy's logits wherever it "
                          "scores (kept in the checkpoint; 0: the logits alone)")
@@ -689,6 +712,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--oom-price: expected a finite number >= 0, got {a.oom_price:g}")
     if a.oom_price != d.reward.node_oom and a.credit_weights != "fixed":
         ap.error("--oom-price: only with --credit-weights fixed (trouble weights price a kill per cluster)")
+    mem_range = None
+    if a.mem_use_range is not None:
+        try:
+            mem_range = tuple(float(x) for x in a.mem_use_range.split(","))
+        except ValueError:
+            mem_range = ()
+        if (len(mem_range) != 2 or not all(math.isfinite(x) and x > 0 for x in mem_range)
+                or mem_range[0] > mem_range[1]):
+            ap.error(f"--mem-use-range: expected LO,HI with 0 < LO <= HI, got {a.mem_use_range!r}")
     if a.oom_credit not in OOM_CREDITS:
         ap.error(f"--oom-credit: expected pod or node, got {a.oom_credit!r}")
     recipe = OnlineRecipe(profiles=tuple(p for p in a.profiles.split(",") if p),
@@ -701,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
                           seed=a.seed, validate=not a.no_validate, ppo_steps=a.ppo_steps,
                           credit_weights=a.credit_weights, scale=a.scale, workers=max(1, a.workers),
                           tie_weights=ties, engine=a.engine, kube_weight=a.kube_weight,
+                          mem_use_range=mem_range,
                           reward=replace(d.reward, node_horizon_s=a.horizon,
                                          throttle_credit=a.throttle_credit,
                                          node_hot_mem=a.hot_mem_credit, oom_credit=a.oom_credit,

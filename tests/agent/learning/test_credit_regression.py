@@ -267,6 +267,38 @@ def test_the_oom_credit_and_price_flags_reach_the_recipe_its_data_key_and_its_re
         assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
 
+def test_the_memory_use_range_draws_each_training_clusters_level_and_moves_nothing_else(
+        monkeypatch, capsys, tmp_path):
+    from fedsched.agent.learning import online
+
+    parse = _recipe_parser(monkeypatch, tmp_path)
+    plain = parse()
+    assert plain.mem_use_range is None  # the default: the usage model's calibrated level
+    assert "mem_use_range" not in online._collection_key(plain)  # decisions kept before still match
+    assert "--mem-use-range" not in " ".join(online._flags(plain))
+    ranged = parse("--mem-use-range", "0.2,0.7")
+    assert ranged.mem_use_range == (0.2, 0.7)
+    assert online._collection_key(ranged)["mem_use_range"] == [0.2, 0.7]  # kept decisions are per range
+    assert "--mem-use-range 0.2,0.7" in online._flags(ranged)
+    typical = online.reference_typical(_tiny(1))
+    base, _ = online.build_envs(_tiny(1), typical)
+    drawn, _ = online.build_envs(replace(_tiny(1), mem_use_range=(0.2, 0.7)), typical)
+    levels = [env.cfg.replay["usage_mem_median"] for env in drawn]
+    assert all(len(set(lv)) == 1 and 0.2 <= lv[0] <= 0.7 for lv in levels)  # every class alike, in range
+    assert len({lv[0] for lv in levels}) == len(levels)  # a level per cluster
+    for b, d in zip(base, drawn, strict=True):  # the same clusters, pods and loads: only the level moved
+        assert "usage_mem_median" not in b.cfg.replay
+        assert {k: v for k, v in d.cfg.replay.items() if k != "usage_mem_median"} == b.cfg.replay
+        assert np.array_equal(b.pool.cpu, d.pool.cpu)
+        assert np.array_equal(b.cluster_nodes.mem, d.cluster_nodes.mem)
+    again, _ = online.build_envs(replace(_tiny(1), mem_use_range=(0.2, 0.7)), typical)
+    assert [env.cfg.replay["usage_mem_median"] for env in again] == levels  # reproducible
+    for bad in ("0.7,0.2", "0,0.5", "nan,1", "0.3", "a,b", "0.2,0.5,0.7"):
+        with pytest.raises(SystemExit):
+            online.main(["--out", str(tmp_path), "--mem-use-range", bad])
+        assert "--mem-use-range: expected LO,HI" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
 def _credited(credits: list[float], ties: list[float] | None = None) -> list:
     from fedsched.agent.learning.credit import Credited
 
