@@ -154,13 +154,9 @@ def _mem_env(horizon: float = HORIZON, **reward) -> SchedulingEnv:
     return SchedulingEnv(nodes, pods, config=cfg, seed=3)
 
 
-def test_hot_memory_credit_charges_the_chosen_nodes_hot_memory_minutes_since_the_bind():
-    """Hot memory minutes alone (weight 1, horizon past the episode's end): each decision's credit
-    is minus its chosen node's hot memory minutes from the bind to the end, read off the per-node
-    counter; priced at 0 (the default) the credits are those without the term, decision for
-    decision."""
-    only_mem = {"node_hot": 0.0, "node_oom": 0.0, "node_throttled": 0.0, "node_hot_mem": 1.0}
-    env = _mem_env(horizon=1e9, **only_mem)
+def _pile_reading(env: SchedulingEnv, read) -> tuple[dict[int, tuple[int, float]], dict[int, float]]:
+    """One episode piling onto the busiest node: ``read(node)`` of each decision's chosen node just
+    before its bind (``{serial: (node, reading)}``, the last decision left out) and every credit."""
     env.reset()
     at_bind: dict[int, tuple[int, float]] = {}
     credits: dict[int, float] = {}
@@ -168,11 +164,22 @@ def test_hot_memory_credit_charges_the_chosen_nodes_hot_memory_minutes_since_the
     while not done:
         _, state, cand = env.pending
         node = int(_pile(state, cand))
-        before = float(env.sim.load_metrics.node_hot_mem_s[node])
+        before = read(node)
         _, _, done, _, info = env.step_placement(Placement(node), observe=False)
         if not done:
             at_bind[info["decision"]] = (node, before)
         credits.update(info["credits"])
+    return at_bind, credits
+
+
+def test_hot_memory_credit_charges_the_chosen_nodes_hot_memory_minutes_since_the_bind():
+    """Hot memory minutes alone (weight 1, horizon past the episode's end): each decision's credit
+    is minus its chosen node's hot memory minutes from the bind to the end, read off the per-node
+    counter; priced at 0 (the default) the credits are those without the term, decision for
+    decision."""
+    only_mem = {"node_hot": 0.0, "node_oom": 0.0, "node_throttled": 0.0, "node_hot_mem": 1.0}
+    env = _mem_env(horizon=1e9, **only_mem)
+    at_bind, credits = _pile_reading(env, lambda node: float(env.sim.load_metrics.node_hot_mem_s[node]))
     end = env.sim.load_metrics.node_hot_mem_s
     assert end.sum() == pytest.approx(env.sim.load_metrics.result()["hot_mem_node_s"])
     assert end.max() > 600.0  # piling runs some node's memory hot for minutes
@@ -202,18 +209,7 @@ def test_node_oom_credit_charges_every_kill_on_the_chosen_node_since_the_bind():
         return SchedulingEnv(nodes, pods, config=cfg, seed=3)
 
     env = _oom_env(oom_credit="node")
-    env.reset()
-    at_bind: dict[int, tuple[int, int]] = {}
-    credits: dict[int, float] = {}
-    done = False
-    while not done:
-        _, state, cand = env.pending
-        node = int(_pile(state, cand))
-        before = int(env.sim.node_stats.oom_count[node])
-        _, _, done, _, info = env.step_placement(Placement(node), observe=False)
-        if not done:
-            at_bind[info["decision"]] = (node, before)
-        credits.update(info["credits"])
+    at_bind, credits = _pile_reading(env, lambda node: int(env.sim.node_stats.oom_count[node]))
     end = env.sim.node_stats.oom_count
     assert int(end.sum()) == env.sim.counters["oom_events"] > 5  # piling memory-heavy pods kills
     for s, (node, before) in at_bind.items():
