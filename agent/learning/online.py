@@ -76,6 +76,7 @@ from fedsched.agent.learning.env import OOM_CREDITS, THROTTLE_CREDITS, EnvConfig
 from fedsched.agent.learning.ppo import PPOConfig, PPOTrainer
 from fedsched.common.compute import worker_pool
 from fedsched.common.learning.checkpoint import data_hash, load_checkpoint, save_checkpoint
+from fedsched.common.learning.features import MAX_USE_RATIO
 from fedsched.common.learning.kinds import NODE_SCORING, kind_of
 from fedsched.common.learning.scorers import MAX_KUBE_WEIGHT, SCORING_KEY, scorer_for, scoring_metadata
 from fedsched.common.model.cluster import NodeTable, PodTable
@@ -685,7 +686,8 @@ def main(argv: list[str] | None = None) -> int:
                          "costs 0.1); trouble weights price it per cluster")
     ap.add_argument("--mem-use-range", default=None,
                     help="LO,HI: each training cluster's median memory use per request drawn log-uniformly "
-                         "in [LO, HI] (default: the usage model's calibrated level everywhere)")
+                         f"in [LO, HI], 0 < LO <= HI <= {MAX_USE_RATIO:g} (default: the usage model's "
+                         "calibrated level everywhere)")
     ap.add_argument("--kube-weight", type=float, default=d.kube_weight,
                     help="weight of kube-default's score / 100 added to the policy's logits wherever it "
                          "scores (kept in the checkpoint; 0: the logits alone)")
@@ -718,9 +720,10 @@ def main(argv: list[str] | None = None) -> int:
             mem_range = tuple(float(x) for x in a.mem_use_range.split(","))
         except ValueError:
             mem_range = ()
-        if (len(mem_range) != 2 or not all(math.isfinite(x) and x > 0 for x in mem_range)
+        if (len(mem_range) != 2 or not all(0 < x <= MAX_USE_RATIO for x in mem_range)
                 or mem_range[0] > mem_range[1]):
-            ap.error(f"--mem-use-range: expected LO,HI with 0 < LO <= HI, got {a.mem_use_range!r}")
+            ap.error(f"--mem-use-range: expected LO,HI with 0 < LO <= HI <= {MAX_USE_RATIO:g}, "
+                     f"got {a.mem_use_range!r}")
     if a.oom_credit not in OOM_CREDITS:
         ap.error(f"--oom-credit: expected pod or node, got {a.oom_credit!r}")
     recipe = OnlineRecipe(profiles=tuple(p for p in a.profiles.split(",") if p),

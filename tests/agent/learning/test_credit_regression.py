@@ -293,9 +293,9 @@ def test_the_memory_use_range_draws_each_training_clusters_level_and_moves_nothi
         assert np.array_equal(b.cluster_nodes.mem, d.cluster_nodes.mem)
     again, _ = online.build_envs(replace(_tiny(1), mem_use_range=(0.2, 0.7)), typical)
     assert [env.cfg.replay["usage_mem_median"] for env in again] == levels  # reproducible
-    for bad in ("0.7,0.2", "0,0.5", "nan,1", "0.3", "a,b", "0.2,0.5,0.7"):
+    for bad in ("0.7,0.2", "0,0.5", "nan,1", "0.3", "a,b", "0.2,0.5,0.7", "0.5,inf", "1,1e300", "-1,1"):
         with pytest.raises(SystemExit):
-            online.main(["--out", str(tmp_path), "--mem-use-range", bad])
+            online.main(["--out", str(tmp_path), f"--mem-use-range={bad}"])
         assert "--mem-use-range: expected LO,HI" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
