@@ -3,7 +3,8 @@ judged; what it measures does not depend on them): the shipped recipe's training
 replay environments, ``--scale small``, train pods), one episode each under kube-default, the node
 credit with OOM kills alone priced at 1 over the recipe's horizon. For ``--oom-credit pod`` (the
 placed pod's own kills) and ``node`` (every kill on the chosen node): the share of decisions
-charged at least one kill and the kills charged per decision. Run from the project root::
+charged at least one kill, the kills charged per decision, and the clusters' mean share of memory
+requested (``alloc_mem``). Run from the project root::
 
     python bench/results/attempts/oom_credit_density.py     # a few minutes
 """
@@ -51,14 +52,16 @@ def main() -> None:
                 pod, state, cand = env.pending
                 _, _, done, _, info = env.step_placement(place(kube, state, pod, rng, cand), observe=False)
                 credits.extend(c for _, c in info["credits"])
-            row = per_profile.setdefault(recipe.profiles[k // recipe.clusters_per_profile], [0, 0, 0.0])
+            row = per_profile.setdefault(recipe.profiles[k // recipe.clusters_per_profile], [0, 0, 0.0, 0.0])
             row[0] += len(credits)
             row[1] += sum(c < 0 for c in credits)
             row[2] += -sum(credits)
+            row[3] += info["episode_metrics"]["alloc_mem"] / recipe.clusters_per_profile
         print(f"oom credit {mode}, scale {a.scale}, memory median {a.mem_median or 'default'} "
               f"({time.time() - t0:.0f} s): " + "; ".join(
-            f"{p} {n:,} decisions, {hit / max(n, 1):.2%} charged, {kills / max(n, 1):.4f} kills each"
-            for p, (n, hit, kills) in per_profile.items()), flush=True)
+            f"{p} {n:,} decisions, {hit / max(n, 1):.2%} charged, {kills / max(n, 1):.4f} kills each, "
+            f"memory requested {mem:.1f}% (mean over clusters)"
+            for p, (n, hit, kills, mem) in per_profile.items()), flush=True)
 
 
 if __name__ == "__main__":
