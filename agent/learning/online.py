@@ -32,8 +32,9 @@ credit as the trouble score does on that cluster (``credit.trouble_weights``). `
 the credit's horizon and ``--throttle-credit`` whose throttling it charges a decision: ``node``
 (the default) the chosen node's, ``pod`` the placed pod's own (``RewardConfig.throttle_credit``);
 ``--oom-credit`` whose OOM kills: ``pod`` (the default) the placed pod's, ``node`` every kill on
-the chosen node (``RewardConfig.oom_credit``); all are part of the key under which ``--data``
-keeps decisions. ``--credit-target`` is a fit
+the chosen node (``RewardConfig.oom_credit``); ``--mem-use-range LO,HI`` draws each training
+cluster's median memory use per request (``OnlineRecipe.mem_use_range``); all are part of the
+key under which ``--data`` keeps decisions. ``--credit-target`` is a fit
 choice (kept decisions serve both): ``log`` (the default) regresses on ``log1p`` of the cost,
 ``mean`` on the cost itself (``credit.targets``; measured worse, see the policies README).
 ``--kube-weight W`` keeps kube-default beside the policy wherever it scores: its logits plus W
