@@ -4,9 +4,11 @@ replay environments, ``--scale small``, train pods), one episode each under kube
 credit with OOM kills alone priced at 1 over the recipe's horizon. For ``--oom-credit pod`` (the
 placed pod's own kills) and ``node`` (every kill on the chosen node): the share of decisions
 charged at least one kill, the kills charged per decision, and the clusters' mean share of memory
-requested (``alloc_mem``). Run from the project root::
+requested (``alloc_mem``). ``--profiles``, ``--scale``, ``--modes`` and ``--mem-median`` (one
+memory level for every cluster) narrow or vary it. Run from the project root::
 
     python bench/results/attempts/oom_credit_density.py     # a few minutes
+    python bench/results/attempts/oom_credit_density.py --profiles web --modes pod --mem-median 0.7
 """
 
 from __future__ import annotations
