@@ -34,7 +34,8 @@ def main() -> None:
                     help="the usage model's median memory use / request for every class (default: its own)")
     a = ap.parse_args()
     recipe = OnlineRecipe(profiles=tuple(a.profiles.split(",")), clusters_per_profile=4,
-                          target_loads=(0.85, 0.95, 1.0), seed=1, scale=a.scale)
+                          target_loads=(0.85, 0.95, 1.0), seed=1, scale=a.scale,
+                          mem_use_range=None if a.mem_median is None else (a.mem_median, a.mem_median))
     typical = reference_typical(recipe)
     kube = KubeDefault(SchedulerContext())
     rng = np.random.default_rng(0)
@@ -45,8 +46,6 @@ def main() -> None:
         envs, _ = build_envs(recipe, typical, reward)
         per_profile: dict[str, list[float]] = {}
         for k, env in enumerate(envs):
-            if a.mem_median is not None:
-                env.cfg = replace(env.cfg, replay={**env.cfg.replay, "usage_mem_median": (a.mem_median,) * 4})
             env.reset()
             credits: list[float] = []
             done = False

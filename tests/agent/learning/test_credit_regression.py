@@ -163,6 +163,15 @@ def test_several_tie_weights_need_the_validation_that_chooses_between_them(tmp_p
         train(recipe, tmp_path / "run")
 
 
+def _refusal(capsys, tmp_path, *flags: str) -> str:
+    """``online.main`` with ``flags`` must refuse them (exit through argparse): its stderr."""
+    from fedsched.agent.learning import online
+
+    with pytest.raises(SystemExit):
+        online.main(["--out", str(tmp_path), *flags])
+    return capsys.readouterr().err.strip()
+
+
 def _recipe_parser(monkeypatch, tmp_path):
     """``parse(*flags)``: the recipe ``online.main`` builds from ``flags`` (with ``--no-validate``),
     its training replaced so that nothing runs; the command must succeed."""
@@ -193,9 +202,7 @@ def test_the_credit_horizon_flag_reaches_the_recipe_and_its_reproduce_command(mo
     assert "--horizon 7200" in online._flags(recipe)
     assert parse().reward.node_horizon_s == 1800.0  # the default: 30 minutes
     for bad in ("0", "-5", "nan"):
-        with pytest.raises(SystemExit):
-            online.main(["--out", str(tmp_path), "--horizon", bad])
-        assert "--horizon" in capsys.readouterr().err
+        assert "--horizon" in _refusal(capsys, tmp_path, "--horizon", bad)
 
 
 def test_the_throttle_credit_flag_reaches_the_recipe_its_data_key_and_its_reproduce_command(
@@ -216,9 +223,7 @@ def test_the_throttle_credit_flag_reaches_the_recipe_its_data_key_and_its_reprod
     envs, _ = online.build_envs(replace(_tiny(1), reward=pod.reward), typical, pod.reward, only=[0])
     assert envs[0].cfg.reward.throttle_credit == "pod"  # reaches the environments
     for bad in ("cluster", "Pod", ""):
-        with pytest.raises(SystemExit):
-            online.main(["--out", str(tmp_path), "--throttle-credit", bad])
-        err = capsys.readouterr().err.strip().splitlines()
+        err = _refusal(capsys, tmp_path, "--throttle-credit", bad).splitlines()
         assert "--throttle-credit: expected node or pod" in err[-1]
 
 
@@ -235,9 +240,8 @@ def test_the_hot_memory_credit_flag_reaches_the_recipe_its_data_key_and_its_repr
     assert online._collection_key(priced)["hot_mem_credit"] == 0.4  # kept decisions are per price
     assert "--hot-mem-credit 0.4" in online._flags(priced)
     for bad in ("-0.1", "nan", "inf"):
-        with pytest.raises(SystemExit):
-            online.main(["--out", str(tmp_path), "--hot-mem-credit", bad])
-        assert "--hot-mem-credit: expected a finite number >= 0" in capsys.readouterr().err
+        err = _refusal(capsys, tmp_path, "--hot-mem-credit", bad)
+        assert "--hot-mem-credit: expected a finite number >= 0" in err
 
 
 def test_the_oom_credit_and_price_flags_reach_the_recipe_its_data_key_and_its_reproduce_command(
@@ -262,9 +266,7 @@ def test_the_oom_credit_and_price_flags_reach_the_recipe_its_data_key_and_its_re
                           (["--oom-price", "-1", *fixed], "--oom-price: expected a finite"),
                           (["--oom-price", "nan", *fixed], "--oom-price: expected a finite"),
                           (["--oom-price", "5", "--credit-weights", "trouble"], "--oom-price: only with")):
-        with pytest.raises(SystemExit):
-            online.main(["--out", str(tmp_path), *argv])
-        assert message in capsys.readouterr().err.strip().splitlines()[-1]
+        assert message in _refusal(capsys, tmp_path, *argv).splitlines()[-1]
 
 
 def test_the_memory_use_range_draws_each_training_clusters_level_and_moves_nothing_else(
@@ -294,9 +296,8 @@ def test_the_memory_use_range_draws_each_training_clusters_level_and_moves_nothi
     again, _ = online.build_envs(replace(_tiny(1), mem_use_range=(0.2, 0.7)), typical)
     assert [env.cfg.replay["usage_mem_median"] for env in again] == levels  # reproducible
     for bad in ("0.7,0.2", "0,0.5", "nan,1", "0.3", "a,b", "0.2,0.5,0.7", "0.5,inf", "1,1e300", "-1,1"):
-        with pytest.raises(SystemExit):
-            online.main(["--out", str(tmp_path), f"--mem-use-range={bad}"])
-        assert "--mem-use-range: expected LO,HI" in capsys.readouterr().err.strip().splitlines()[-1]
+        err = _refusal(capsys, tmp_path, f"--mem-use-range={bad}").splitlines()
+        assert "--mem-use-range: expected LO,HI" in err[-1]
 
 
 def _credited(credits: list[float], ties: list[float] | None = None) -> list:
@@ -344,9 +345,7 @@ def test_an_unknown_credit_target_is_refused_and_the_flag_reaches_the_recipe(mon
     recipe = parse("--credit-target", "mean")
     assert recipe.credit.target == "mean" and "--credit-target mean" in online._flags(recipe)
     assert "target" not in online._collection_key(recipe)  # a fit choice: kept decisions serve both
-    with pytest.raises(SystemExit):
-        online.main(["--out", str(tmp_path), "--credit-target", "median"])
-    assert "--credit-target" in capsys.readouterr().err
+    assert "--credit-target" in _refusal(capsys, tmp_path, "--credit-target", "median")
 
 
 def test_the_kube_weight_flag_reaches_the_recipe_and_its_reproduce_command(monkeypatch, capsys, tmp_path):
@@ -360,9 +359,8 @@ def test_the_kube_weight_flag_reaches_the_recipe_and_its_reproduce_command(monke
     assert "--kube-weight 1" in online._flags(recipe)
     assert "kube_weight" not in online._collection_key(recipe)  # a scoring choice: kept decisions serve both
     for bad in ("-1", "nan", "inf", "1e308"):
-        with pytest.raises(SystemExit):
-            online.main(["--out", str(tmp_path), "--kube-weight", bad])
-        assert "--kube-weight: expected a number in [0, 1e+06]" in capsys.readouterr().err
+        err = _refusal(capsys, tmp_path, "--kube-weight", bad)
+        assert "--kube-weight: expected a number in [0, 1e+06]" in err
 
 
 def test_a_trained_checkpoint_is_scored_with_its_recipes_kube_weight(tmp_path):
