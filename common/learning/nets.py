@@ -203,3 +203,49 @@ class NodeScoringPolicy(nn.Module):
             cached = (version, w)
             self._np_cache = cached
         return cached[1]
+
+
+def average_policies(policies: list[NodeScoringPolicy]) -> NodeScoringPolicy:
+    """One node-scoring policy whose logits (and value) are the mean of ``policies``' (an
+    ensemble of K trainings served as one network of width K * hidden).
+
+    Exact, not an approximation: the members' encoders are stacked side by side (block-diagonal
+    where a layer reads the previous one), the masked mean and max pool each hidden unit alone,
+    so member k's units pool exactly as they did alone, and the output layers take the mean.
+    Nothing else changes: the result is an ordinary :class:`NodeScoringPolicy` that every
+    scoring path (numpy, torch, ONNX), checkpoint and federation already handles.
+    """
+    if not policies:
+        raise ValueError("average_policies: no policy to average")
+    cfg = policies[0].cfg
+    if any(p.cfg != cfg for p in policies):
+        raise ValueError("average_policies: the policies differ in shape: "
+                         + ", ".join(str(p.cfg) for p in policies))
+    k, h = len(policies), cfg.hidden
+    out = NodeScoringPolicy(PolicyConfig(hidden=k * h, n_node=cfg.n_node, n_pod=cfg.n_pod, n_ctx=cfg.n_ctx))
+
+    def pooled_columns(w: torch.Tensor, i: int, width: int) -> torch.Tensor:
+        """Member i's weight on its pooled [mean, max] (its first 2h columns) placed at its own
+        units of the merged pool [mean_1..mean_K, max_1..max_K]; the rest of w appended."""
+        cols = torch.zeros(w.shape[0], 2 * width, dtype=w.dtype)
+        cols[:, i * h:(i + 1) * h] = w[:, :h]
+        cols[:, width + i * h:width + (i + 1) * h] = w[:, h:2 * h]
+        return torch.cat([cols, w[:, 2 * h:]], dim=1)
+
+    with torch.no_grad():
+        for name in ("enc_node", "enc_glob"):
+            getattr(out, name).weight.copy_(torch.cat([getattr(p, name).weight for p in policies]))
+        out.enc_node.bias.copy_(torch.cat([p.enc_node.bias for p in policies]))
+        for name in ("enc_out", "head_node"):
+            getattr(out, name).weight.copy_(torch.block_diag(*(getattr(p, name).weight for p in policies)))
+            getattr(out, name).bias.copy_(torch.cat([getattr(p, name).bias for p in policies]))
+        out.head_pool.weight.copy_(torch.cat(
+            [pooled_columns(p.head_pool.weight, i, k * h) for i, p in enumerate(policies)]))
+        critic_in = [pooled_columns(p.critic[0].weight, i, k * h) for i, p in enumerate(policies)]
+        out.critic[0].weight.copy_(torch.cat(critic_in))
+        out.critic[0].bias.copy_(torch.cat([p.critic[0].bias for p in policies]))
+        for head in (lambda p: p.head_out, lambda p: p.critic[2]):
+            merged = head(out)
+            merged.weight.copy_(torch.cat([head(p).weight for p in policies], dim=1) / k)
+            merged.bias.copy_(torch.stack([head(p).bias for p in policies]).mean(dim=0))
+    return out
