@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsched.common.model.cluster import NodeTable, PodTable
+from fedsched.common.model.cluster import ClusterState, NodeTable, Pod, PodTable
 
 
 def make_nodes(cpu, mem, gpu, model=None, models=("A", "B")) -> NodeTable:
@@ -25,6 +25,20 @@ def make_pods(cpu, mem, num_gpu, gpu_milli, spec_mask=None, qos=None) -> PodTabl
         spec_mask=np.asarray(spec_mask if spec_mask is not None else [0] * n, dtype=np.int64),
         qos=np.asarray(qos if qos is not None else [1] * n, dtype=np.int64),
         creation=np.full(n, np.nan), deletion=np.full(n, np.nan))
+
+
+def first_fit_state(nodes: NodeTable, pods: PodTable, n_pods: int) -> ClusterState:
+    """A state with the first ``n_pods`` pods bound where they fit (the last feasible node,
+    kube's default GPU choice); pods that fit nowhere are skipped."""
+    from fedsched.common.schedulers.base import default_gpu_choice
+
+    state = ClusterState(nodes)
+    for i in range(n_pods):
+        pod = Pod.from_table(pods, i)
+        fits = np.flatnonzero(state.feasible(pod))
+        if len(fits):
+            state.allocate(int(fits[-1]), pod, default_gpu_choice(state, pod, int(fits[-1])))
+    return state
 
 
 CROWDED = 0.5  # a node whose requested CPU share (its windowed peak without telemetry) is above this

@@ -14,6 +14,19 @@ from fedsched.common.model.traces import builtin_trace, load_nodes, load_pods
 pytest_plugins = ["tests.require_services", "pytester"]
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """torch on one intra-op thread for a module of small forward passes: on a busy machine a
+    pool of threads spins against itself, and a call can take hundreds of milliseconds (use:
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def run_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The commands a test starts (``fedsched evidence``, the benchmarks) cache baselines' runs in

@@ -25,21 +25,15 @@ from fedsched.common.learning.nets import (
     average_policies,
 )
 from fedsched.common.learning.scorers import PolicyScheduler, scheduler_from_checkpoint
-from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.model.cluster import Pod
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.synthetic import generate_cluster
-from fedsched.common.schedulers.base import default_gpu_choice
+from tests.builders import first_fit_state
 
 N_F, N_P, N_C = len(NODE_FEATURES), len(POD_FEATURES), len(CONTEXT_FEATURES)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny forward passes: intra-op threads only contend (as in test_policy.py)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def member(seed: int, hidden: int = 8) -> NodeScoringPolicy:
@@ -87,12 +81,7 @@ def test_average_refuses_nothing_and_mixed_shapes():
 @pytest.fixture(scope="module")
 def cluster():
     nodes, pods = generate_cluster("gpu", 4, n_nodes=16, n_pods=120, share_fraction=0.6)
-    state = ClusterState(nodes)
-    for i in range(40):
-        pod = Pod.from_table(pods, i)
-        fits = np.flatnonzero(state.feasible(pod))
-        if len(fits):
-            state.allocate(int(fits[-1]), pod, default_gpu_choice(state, pod, int(fits[-1])))
+    state = first_fit_state(nodes, pods, 40)
     return state, pods, TypicalPods.from_pods(pods)
 
 

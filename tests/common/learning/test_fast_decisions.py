@@ -16,8 +16,6 @@ builder picks.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -35,13 +33,7 @@ from fedsched.common.sim.replay import ReplayConfig, run_replay
 RTOL = 1e-4
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Thousands of small forwards: a pool of threads on a busy machine spins against itself."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _bits_equal(a: np.ndarray, b: np.ndarray) -> bool:

@@ -16,24 +16,20 @@ from fedsched.common.learning.checkpoint import CheckpointError, save_checkpoint
 from fedsched.common.learning.kinds import NODE_SCORING, WEIGHTS
 from fedsched.common.learning.nets import NodeScoringPolicy, PolicyConfig
 from fedsched.common.learning.scorers import SCORING_KEY, PolicyScheduler, scoring_options
-from fedsched.common.model.cluster import ClusterState, Pod
+from fedsched.common.model.cluster import Pod
 from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.synthetic import generate_cluster
 from fedsched.common.schedulers import make_scheduler
-from fedsched.common.schedulers.base import default_gpu_choice, rank
+from fedsched.common.schedulers.base import rank
 from fedsched.common.schedulers.kube_default import kube_default_scores
+from tests.builders import first_fit_state
 
 
 @pytest.fixture(scope="module")
 def decision():
     """A web cluster half filled (first fit) and the next pods with their feasible nodes."""
     nodes, pods = generate_cluster("web", 5, n_nodes=24, n_pods=200)
-    state = ClusterState(nodes)
-    for i in range(100):
-        pod = Pod.from_table(pods, i)
-        fits = np.flatnonzero(state.feasible(pod))
-        if len(fits):
-            state.allocate(int(fits[-1]), pod, default_gpu_choice(state, pod, int(fits[-1])))
+    state = first_fit_state(nodes, pods, 100)
     asks = [(pod, np.flatnonzero(state.feasible(pod))) for pod in (Pod.from_table(pods, i)
                                                                    for i in range(100, 130))]
     return state, [(p, c) for p, c in asks if len(c) > 1], TypicalPods.from_pods(pods)

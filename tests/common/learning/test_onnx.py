@@ -40,12 +40,7 @@ N_F, N_P, N_C = len(NODE_FEATURES), len(POD_FEATURES), len(CONTEXT_FEATURES)
 SIZES = (10, 100, 500, 2000)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from fedsched.common.model.fragmentation import TypicalPods
 from fedsched.common.model.synthetic import generate_cluster
 from fedsched.common.schedulers import make_scheduler
 from fedsched.common.schedulers.base import default_gpu_choice
+from tests.builders import first_fit_state
 
 N_F, N_P, N_C = len(NODE_FEATURES), len(POD_FEATURES), len(CONTEXT_FEATURES)
 
@@ -53,32 +54,13 @@ def run(policy, nodes, pod, ctx, mask):
         return policy(nodes, pod, ctx, mask)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny forward passes: with several intra-op threads on a busy machine each call can take
-    hundreds of milliseconds of thread contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def gpu_cluster():
     nodes, pods = generate_cluster("gpu", 4, n_nodes=16, n_pods=120, share_fraction=0.6)
     return nodes, pods, TypicalPods.from_pods(pods)
-
-
-def partly_filled_state(nodes, pods, n_pods: int = 40) -> ClusterState:
-    """A state with some pods bound (first fit, default GPU choice)."""
-    state = ClusterState(nodes)
-    for i in range(n_pods):
-        pod = Pod.from_table(pods, i)
-        fits = np.flatnonzero(state.feasible(pod))
-        if len(fits):
-            node = int(fits[-1])
-            state.allocate(node, pod, default_gpu_choice(state, pod, node))
-    return state
 
 
 # ---- size independence ------------------------------------------------------------------------
@@ -171,7 +153,7 @@ def test_all_masked_input_stays_finite():
 def test_policy_scheduler_scores_every_candidate(gpu_cluster):
     nodes, pods, typical = gpu_cluster
     sched = PolicyScheduler(make_policy(), typical)
-    state = partly_filled_state(nodes, pods)
+    state = first_fit_state(nodes, pods, 40)
     n_scored = 0
     for i in range(40, 80):
         pod = Pod.from_table(pods, i)
@@ -191,7 +173,7 @@ def test_policy_scheduler_scores_are_the_policy_logits(gpu_cluster):
     nodes, pods, typical = gpu_cluster
     policy = make_policy(2)
     sched = PolicyScheduler(policy, typical)
-    state = partly_filled_state(nodes, pods)
+    state = first_fit_state(nodes, pods, 40)
     pod = Pod.from_table(pods, 60)
     cand = np.flatnonzero(state.feasible(pod))
     f = FeatureBuilder(typical).build(state, pod, cand)
@@ -214,7 +196,7 @@ def test_policy_scheduler_scores_are_the_policy_logits(gpu_cluster):
 def test_policy_scheduler_select_gpus_for_sharing_pods(gpu_cluster):
     nodes, pods, typical = gpu_cluster
     sched = PolicyScheduler(make_policy(), typical)
-    state = partly_filled_state(nodes, pods)
+    state = first_fit_state(nodes, pods, 40)
     share = [i for i in range(len(pods)) if Pod.from_table(pods, i).is_gpu_share]
     assert share
     checked = 0
@@ -334,7 +316,7 @@ def test_make_scheduler_resolves_checkpoint_path(checkpoint, gpu_cluster):
     sched = make_scheduler(str(path))
     assert isinstance(sched, PolicyScheduler)
     assert sched.name == str(path)
-    state = partly_filled_state(nodes, pods)
+    state = first_fit_state(nodes, pods, 40)
     pod = Pod.from_table(pods, 50)
     cand = np.flatnonzero(state.feasible(pod))
     expected = PolicyScheduler(policy, typical).score(state, pod, cand)
