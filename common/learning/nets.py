@@ -213,7 +213,8 @@ def average_policies(policies: list[NodeScoringPolicy]) -> NodeScoringPolicy:
     where a layer reads the previous one), the masked mean and max pool each hidden unit alone,
     so member k's units pool exactly as they did alone, and the output layers take the mean.
     Nothing else changes: the result is an ordinary :class:`NodeScoringPolicy` that every
-    scoring path (numpy, torch, ONNX), checkpoint and federation already handles.
+    scoring path (numpy, torch, ONNX) and checkpoint already handles (the federation's members
+    build the default width, so it is no federation start).
     """
     if not policies:
         raise ValueError("average_policies: no policy to average")
