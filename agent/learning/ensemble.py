@@ -15,7 +15,8 @@ serving a recipe rather than one lucky or unlucky draw. Each member multiplies t
     python -m fedsched.agent.learning.ensemble --out runs/online-ensemble/checkpoint.pt \\
         runs/online-seed1/checkpoint.pt runs/online-seed2/checkpoint.pt ...
 
-The members must be node-scoring checkpoints of one shape, scored alike (the same scoring
+The members must be node-scoring checkpoints of one shape (``average_policies`` refuses
+mixed widths), scored alike (the same scoring
 options and typical pods) and of one operating mode; each is named once. The merged file
 keeps their shared metadata, lists the members (path, recipe, data hash, fit) under
 ``ensemble`` and holds no evidence: the gate judges the ensemble by its own (``fedsched
@@ -69,8 +70,6 @@ def merge_checkpoints(paths: list[Path], out: Path) -> Path:
             if metas and meta.get(key) != metas[0].get(key):
                 raise ValueError(f"{path}: its {key!r} differs from {paths[0]}'s; members must be "
                                  "scored alike")
-        if metas and policy.cfg != policies[0].cfg:
-            raise ValueError(f"{path}: shape {policy.cfg} differs from {paths[0]}'s {policies[0].cfg}")
         policies.append(policy)
         metas.append(meta)
     merged = average_policies(policies)
@@ -80,7 +79,7 @@ def merge_checkpoints(paths: list[Path], out: Path) -> Path:
                for p, m in zip(paths, metas, strict=True)]
     command = ("python -m fedsched.agent.learning.ensemble --out " + str(out) + " "
                + " ".join(str(p) for p in paths))
-    extra = {key: first[key] for key in SHARED_KEYS if key in first}
+    extra = {key: first[key] for key in SHARED_KEYS if key in first and key != "typical_pods"}  # saved below
     extra |= {"recipe": command, "teacher": first.get("teacher"),
               "ensemble": {"size": len(paths), "members": members}}
     data = "+".join(sorted({part for m in metas for part in str(m.get("data_hash", "")).split("+") if part}))
